@@ -1,0 +1,79 @@
+// Devices the VM places memory and kernels on: the host CPU, the simulated
+// accelerator `sim`, and any TVM device (CUDA, ...) through TVM's DeviceAPI.
+#pragma once
+
+#include <dlpack/dlpack.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace shapefn {
+
+// Byte counts of one device's copy engine since creation (or last reset).
+struct CopyEngineStats {
+  int64_t d2h_copies = 0, d2h_bytes = 0, h2d_copies = 0, h2d_bytes = 0, syncs = 0;
+  double modelled_transfer_s = 0.0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  // "host", "sim", "cuda:0", ...
+  virtual std::string name() const = 0;
+  virtual bool is_host() const { return false; }
+  // How kernels see this device's memory: CPU for host and sim.
+  virtual DLDevice kernel_device() const = 0;
+
+  virtual void* Alloc(size_t nbytes, size_t alignment) = 0;
+  virtual void Free(void* ptr) = 0;
+  // Copies enqueue on the device stream; the return value is the modelled
+  // transfer time in seconds (0 for devices without a cost model).
+  virtual double CopyToHost(void* host_dst, const void* src, size_t nbytes) = 0;
+  virtual double CopyFromHost(void* dst, const void* host_src, size_t nbytes) = 0;
+  virtual void CopyWithin(void* dst, const void* src, size_t nbytes) = 0;
+  // The host waits for all work queued on the device.
+  virtual void Sync() = 0;
+
+  // Brackets host shape-function work; the sim device in strict mode makes
+  // its memory unreadable in between so accidental host reads fault.
+  virtual void BeginHostShapeWork() {}
+  virtual void EndHostShapeWork() {}
+
+  CopyEngineStats stats() const;
+  void ResetStats();
+
+ protected:
+  void Record(bool to_host, size_t nbytes, double seconds);
+  void RecordSync();
+
+ private:
+  mutable std::mutex stats_mutex_;
+  CopyEngineStats stats_;
+};
+
+std::shared_ptr<Device> HostDevice();
+
+struct SimConfig {
+  // PCIe 4.0 x16: ~25 GB/s achievable of 31.5 GB/s nominal, ~10 us per transfer.
+  double latency_s = 10e-6;
+  double bandwidth_bytes_per_s = 25e9;
+  size_t arena_bytes = size_t{4} << 30;  // reserved address space, committed lazily
+  bool strict = false;
+  // Busy-wait the modelled transfer time so wall-clock figures include it.
+  bool realtime = false;
+};
+
+std::shared_ptr<Device> MakeSimDevice(const SimConfig& config);
+// A TVM device ("cuda", "cuda:1", "cpu", ...) reached through TVM's DeviceAPI.
+// Throws Error(kValue) when TVM has no DeviceAPI for it or the device is absent.
+std::shared_ptr<Device> MakeTvmDevice(const std::string& spec);
+// Whether TVM reports the device as present (false when its runtime is missing).
+bool TvmDeviceExists(const std::string& spec);
+
+// For tests of strict mode: reads one byte at `ptr` from the host.
+uint8_t ReadByteFromHost(const void* ptr);
+
+}  // namespace shapefn

@@ -1,0 +1,80 @@
+// Tensors the VM owns: storage from a per-device memory pool (or memory a
+// caller lent), a shape, a dtype. A kernel sees one as a DLTensor.
+#pragma once
+
+#include <dlpack/dlpack.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "shapefn/device.h"
+#include "shapefn/shape_func.h"
+
+namespace shapefn {
+
+// Caches freed blocks by rounded size so steady-state calls allocate nothing
+// from the device.
+class MemoryPool {
+ public:
+  explicit MemoryPool(std::shared_ptr<Device> device) : device_(std::move(device)) {}
+  ~MemoryPool();
+  MemoryPool(const MemoryPool&) = delete;
+  MemoryPool& operator=(const MemoryPool&) = delete;
+
+  void* Acquire(size_t nbytes, size_t* rounded);
+  void Release(void* ptr, size_t rounded);
+  const std::shared_ptr<Device>& device() const { return device_; }
+  size_t bytes_in_use() const;
+  size_t high_water_bytes() const;
+
+ private:
+  std::shared_ptr<Device> device_;
+  mutable std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t in_use_ = 0, high_water_ = 0;
+};
+
+struct Storage {
+  void* data = nullptr;
+  size_t nbytes = 0;
+  std::shared_ptr<Device> device;
+  // Exactly one of the two owns `data`.
+  std::shared_ptr<MemoryPool> pool;
+  void (*release)(void* context) = nullptr;
+  void* release_context = nullptr;
+
+  ~Storage();
+};
+
+struct TensorObj {
+  std::shared_ptr<Storage> storage;
+  size_t byte_offset = 0;
+  ShapeVec shape;
+  DLDataType dtype{};
+
+  const std::shared_ptr<Device>& device() const { return storage->device; }
+  void* data() const { return static_cast<char*>(storage->data) + byte_offset; }
+  int64_t numel() const;
+  size_t nbytes() const;
+  // The view a kernel receives (device relabelled as the kernel device).
+  DLTensor AsDLTensor() const;
+};
+
+using TensorRef = std::shared_ptr<TensorObj>;
+
+// Bytes of `numel` elements of `dtype`; throws Error(kValue) on overflow.
+size_t CheckedNBytes(const ShapeVec& shape, DLDataType dtype);
+std::string DTypeToString(DLDataType dtype);
+DLDataType DTypeFromString(const std::string& text);
+
+TensorRef AllocTensor(const std::shared_ptr<MemoryPool>& pool, const ShapeVec& shape,
+                      DLDataType dtype);
+// Wraps host memory a caller lends; `release(context)` runs when the VM is done.
+TensorRef WrapHostTensor(const DLTensor& tensor, void (*release)(void*), void* context);
+// Copies a tensor's bytes into host memory (counts on the device's copy engine).
+void CopyTensorToHost(const TensorObj& tensor, void* host_dst);
+
+}  // namespace shapefn

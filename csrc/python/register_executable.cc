@@ -1,0 +1,97 @@
+// Bindings of Executable: built from the Python builder's parts, saved, loaded.
+#include <pybind11/stl.h>
+
+#include "common.h"
+#include "shapefn/executable.h"
+#include "shapefn/tensor.h"
+
+namespace shapefn::python {
+
+namespace {
+
+DLDataType DTypeArg(const py::handle& h) { return DTypeFromString(h.cast<std::string>()); }
+
+std::shared_ptr<Executable> FromParts(const py::list& functions, const py::list& constants,
+                                      const std::vector<std::string>& kernels,
+                                      const std::vector<std::string>& shape_funcs,
+                                      const std::string& kernel_library) {
+  auto exe = std::make_shared<Executable>();
+  exe->kernels = kernels;
+  exe->shape_funcs = shape_funcs;
+  exe->kernel_library = kernel_library;
+  for (py::handle c : constants) {
+    py::dict d = c.cast<py::dict>();
+    ConstantDef def;
+    def.dtype = DTypeArg(d["dtype"]);
+    def.shape = d["shape"].cast<ShapeVec>();
+    def.device_slot = d["device"].cast<int>();
+    std::string bytes = d["data"].cast<std::string>();
+    def.bytes.assign(bytes.begin(), bytes.end());
+    exe->constants.push_back(std::move(def));
+  }
+  for (py::handle f : functions) {
+    py::dict d = f.cast<py::dict>();
+    FunctionDef def;
+    def.name = d["name"].cast<std::string>();
+    def.symbols = d["symbols"].cast<std::vector<std::string>>();
+    def.num_registers = d["num_registers"].cast<int64_t>();
+    def.code = d["code"].cast<std::vector<int64_t>>();
+    for (py::handle p : d["params"].cast<py::list>()) {
+      py::dict pd = p.cast<py::dict>();
+      ParamSpec spec;
+      spec.name = pd["name"].cast<std::string>();
+      spec.dtype = DTypeArg(pd["dtype"]);
+      spec.dims = pd["dims"].cast<std::vector<int64_t>>();
+      spec.device_slot = pd["device"].cast<int>();
+      def.params.push_back(std::move(spec));
+    }
+    exe->functions.push_back(std::move(def));
+  }
+  exe->Verify();
+  return exe;
+}
+
+}  // namespace
+
+void RegisterExecutable(py::module_& m) {
+  m.def("isa", [] {
+    py::list out;
+    for (int i = 0; i < kNumOpcodes; ++i) {
+      const OpInfo& info = GetOpInfo(static_cast<Opcode>(i));
+      out.append(py::make_tuple(info.mnemonic, info.operands));
+    }
+    return out;
+  });
+  m.def("encode_dtype", [](const std::string& dtype) { return EncodeDType(DTypeFromString(dtype)); });
+
+  py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
+      .def_static("from_parts", &FromParts, py::arg("functions"), py::arg("constants"), py::arg("kernels"),
+                  py::arg("shape_funcs"), py::arg("kernel_library"))
+      .def_static("load", &Executable::Load)
+      .def_static("deserialize",
+                  [](const py::bytes& b) {
+                    std::string s = b;
+                    return Executable::Deserialize(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+                  })
+      .def("save", &Executable::Save)
+      .def("serialize",
+           [](const Executable& e) {
+             std::vector<uint8_t> v = e.Serialize();
+             return py::bytes(reinterpret_cast<const char*>(v.data()), v.size());
+           })
+      .def("disassemble", &Executable::Disassemble)
+      .def("function_index", &Executable::FunctionIndex)
+      .def_property_readonly("function_names",
+                             [](const Executable& e) {
+                               std::vector<std::string> names;
+                               for (const auto& f : e.functions) names.push_back(f.name);
+                               return names;
+                             })
+      .def_property_readonly("kernels", [](const Executable& e) { return e.kernels; })
+      .def_property_readonly("shape_funcs", [](const Executable& e) { return e.shape_funcs; })
+      .def_property(
+          "kernel_library", [](const Executable& e) { return e.kernel_library; },
+          [](Executable& e, const std::string& name) { e.kernel_library = name; });
+}
+
+}  // namespace shapefn::python

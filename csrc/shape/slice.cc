@@ -1,0 +1,72 @@
+// relax.dynamic_strided_slice (Relay: dyn.strided_slice).
+//
+// The data tensor contributes only its shape; begin/end/strides are the small
+// values the VM copies to the host. This is the op that motivates per-input
+// masks: a whole feature map would otherwise cross the bus for three int64s.
+#include <string>
+#include <vector>
+
+#include "shape_util.h"
+#include "shapefn/registry.h"
+
+namespace shapefn {
+namespace {
+
+using namespace shape_util;
+
+constexpr const char* kOp = "relax.dynamic_strided_slice";
+
+// len(range(*slice(begin, end, stride).indices(dim))), following CPython's
+// PySlice_AdjustIndices so that results match numpy basic indexing exactly.
+int64_t SliceExtent(int64_t begin, int64_t end, int64_t stride, int64_t dim) {
+  // With a negative stride the iteration may stop *before* index 0, which
+  // CPython encodes as -1.
+  const int64_t lower = stride < 0 ? -1 : 0;
+  const int64_t upper = stride < 0 ? dim - 1 : dim;
+  auto clip = [&](int64_t index) {
+    if (index < 0) {
+      index += dim;  // cannot overflow: index < 0 <= dim
+      return index < lower ? lower : index;
+    }
+    return index > upper ? upper : index;
+  };
+  const int64_t start = clip(begin);
+  const int64_t stop = clip(end);
+  // start and stop lie in [-1, dim], so their difference cannot overflow; the
+  // stride magnitude is taken unsigned so INT64_MIN is handled.
+  const int64_t span = stride > 0 ? stop - start : start - stop;
+  if (span <= 0) return 0;
+  const uint64_t step = stride > 0 ? static_cast<uint64_t>(stride)
+                                   : 0 - static_cast<uint64_t>(stride);
+  return static_cast<int64_t>((static_cast<uint64_t>(span) - 1) / step + 1);
+}
+
+void StridedSliceShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
+                       std::vector<ShapeVec>* outputs) {
+  RequireInputs(num_inputs, 4, kOp);
+  const ShapeFuncInput& data = inputs[0];
+  ShapeVec begin = ReadIntVector(inputs[1], kOp, "begin");
+  ShapeVec end = ReadIntVector(inputs[2], kOp, "end");
+  ShapeVec strides = ReadIntVector(inputs[3], kOp, "strides");
+  if (end.size() != begin.size() || strides.size() != begin.size()) {
+    FailOp(kOp, "begin, end and strides must have equal lengths, got " +
+                    std::to_string(begin.size()) + ", " + std::to_string(end.size()) + " and " +
+                    std::to_string(strides.size()));
+  }
+  if (begin.size() > static_cast<size_t>(data.ndim)) {
+    FailOp(kOp, "begin has " + std::to_string(begin.size()) + " entries but data " +
+                    ShapeString(data) + " has only " + std::to_string(data.ndim) + " dims");
+  }
+  ShapeVec out(data.shape, data.shape + data.ndim);
+  for (size_t i = 0; i < begin.size(); ++i) {
+    if (strides[i] == 0) FailOp(kOp, "strides[" + std::to_string(i) + "] is 0");
+    out[i] = SliceExtent(begin[i], end[i], strides[i], data.shape[i]);
+  }
+  outputs->push_back(std::move(out));
+}
+
+SHAPEFN_BUILTIN(relax_dynamic_strided_slice, kOp, {"dyn.strided_slice"},
+                (std::vector<bool>{false, true, true, true}), 1, false, StridedSliceShape);
+
+}  // namespace
+}  // namespace shapefn

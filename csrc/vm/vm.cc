@@ -1,0 +1,177 @@
+// VirtualMachine construction, argument checking and the call entry point.
+#include "shapefn/vm.h"
+
+#include "shapefn/error.h"
+
+namespace shapefn {
+
+const char* KindName(Value::Kind kind) {
+  switch (kind) {
+    case Value::Kind::kEmpty: return "empty";
+    case Value::Kind::kInt: return "int";
+    case Value::Kind::kShape: return "shape";
+    case Value::Kind::kTensor: return "tensor";
+    case Value::Kind::kTuple: return "tuple";
+  }
+  return "?";
+}
+
+VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, std::shared_ptr<Device> device,
+                               VMOptions options,
+                               const std::map<std::string, tvm::ffi::Function>& kernels)
+    : exe_(std::move(exe)), options_(options) {
+  if (!exe_) Fail(ErrorKind::kValue, "VirtualMachine needs an executable");
+  if (!device) Fail(ErrorKind::kValue, "VirtualMachine needs a device");
+  devices_[kHostSlot] = HostDevice();
+  devices_[kExecutionSlot] = device;
+  pools_[kHostSlot] = std::make_shared<MemoryPool>(devices_[kHostSlot]);
+  pools_[kExecutionSlot] = device->is_host() ? pools_[kHostSlot] : std::make_shared<MemoryPool>(device);
+
+  for (const std::string& name : exe_->kernels) {
+    auto it = kernels.find(name);
+    if (it != kernels.end()) {
+      kernels_.push_back(it->second);
+      continue;
+    }
+    auto global = tvm::ffi::Function::GetGlobal(name);
+    if (!global.has_value()) {
+      Fail(ErrorKind::kKey, "kernel '" + name + "' is neither in the executable's library nor a registered global function");
+    }
+    kernels_.push_back(*global);
+  }
+  for (const std::string& op : exe_->shape_funcs) {
+    shape_funcs_.push_back(ShapeFuncRegistry::Global().Lookup(op));
+  }
+  compiled_.resize(shape_funcs_.size());
+  // Arity of every shape-function call is checked once here, not per call.
+  for (const FunctionDef& f : exe_->functions) {
+    for (const Instruction& ins : f.decoded) {
+      if (ins.op != Opcode::kInvokeShapeFunc) continue;
+      const ShapeFuncEntry& entry = *shape_funcs_[static_cast<size_t>(ins.op_at(0))];
+      if (entry.arity >= 0 && ins.list_size(0) != entry.arity) {
+        Fail(ErrorKind::kValue, "'" + f.name + "' calls the shape function of '" + entry.name + "' with " +
+                                    std::to_string(ins.list_size(0)) + " inputs, it takes " + std::to_string(entry.arity));
+      }
+      if ((entry.native != nullptr) && ins.list_size(1) != entry.num_outputs) {
+        Fail(ErrorKind::kValue, "'" + f.name + "' expects " + std::to_string(ins.list_size(1)) +
+                                    " shapes from the shape function of '" + entry.name + "', it gives " +
+                                    std::to_string(entry.num_outputs));
+      }
+    }
+  }
+
+  // Constants go to their device once, now; what that costs is kept apart
+  // from the counters of calls.
+  for (const ConstantDef& c : exe_->constants) {
+    TensorRef t = AllocTensor(pools_[c.device_slot], c.shape, c.dtype);
+    const auto& dev = devices_[c.device_slot];
+    double seconds = dev->CopyFromHost(t->data(), c.bytes.data(), c.bytes.size());
+    if (!dev->is_host()) {
+      constant_counters_.h2d_copies += 1;
+      constant_counters_.h2d_bytes += static_cast<int64_t>(c.bytes.size());
+      constant_counters_.modelled_transfer_s += seconds;
+    }
+    constant_counters_.allocations += 1;
+    constants_.push_back(Value::Tensor(std::move(t)));
+  }
+}
+
+VirtualMachine::~VirtualMachine() = default;
+
+Counters VirtualMachine::counters() const { return counters_; }
+void VirtualMachine::ResetCounters() { counters_ = Counters(); }
+
+size_t VirtualMachine::pool_high_water_bytes(int slot) const {
+  if (slot < 0 || slot >= kNumDeviceSlots) Fail(ErrorKind::kIndex, "device slot out of range");
+  return pools_[slot]->high_water_bytes();
+}
+
+Value VirtualMachine::Invoke(const std::string& function, std::vector<Value> args) {
+  return Invoke(exe_->FunctionIndex(function), std::move(args));
+}
+
+Value VirtualMachine::Invoke(int function_index, std::vector<Value> args) {
+  if (function_index < 0 || function_index >= static_cast<int>(exe_->functions.size())) {
+    Fail(ErrorKind::kIndex, "function index " + std::to_string(function_index) + " out of range");
+  }
+  std::lock_guard<std::mutex> lock(call_mutex_);
+  const FunctionDef& fn = exe_->functions[static_cast<size_t>(function_index)];
+  CheckArguments(fn, args);
+  std::vector<Value> registers(static_cast<size_t>(fn.num_registers));
+  for (size_t i = 0; i < args.size(); ++i) registers[i] = std::move(args[i]);
+  return Run(function_index, registers, 0);
+}
+
+void VirtualMachine::CheckArguments(const FunctionDef& fn, std::vector<Value>& args) {
+  if (args.size() != fn.params.size()) {
+    Fail(ErrorKind::kType, "'" + fn.name + "' takes " + std::to_string(fn.params.size()) +
+                               " arguments, got " + std::to_string(args.size()));
+  }
+  std::vector<int64_t> symbols(fn.symbols.size(), -1);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ParamSpec& p = fn.params[i];
+    std::string where = "'" + fn.name + "' argument " + std::to_string(i) + " ('" + p.name + "')";
+    if (args[i].kind != Value::Kind::kTensor) {
+      Fail(ErrorKind::kType, where + " must be a tensor, got " + KindName(args[i].kind));
+    }
+    const TensorObj& t = *args[i].tensor;
+    if (t.dtype.code != p.dtype.code || t.dtype.bits != p.dtype.bits || t.dtype.lanes != p.dtype.lanes) {
+      Fail(ErrorKind::kType, where + " must have dtype " + DTypeToString(p.dtype) + ", got " + DTypeToString(t.dtype));
+    }
+    if (t.shape.size() != p.dims.size()) {
+      Fail(ErrorKind::kValue, where + " must have rank " + std::to_string(p.dims.size()) + ", got rank " +
+                                  std::to_string(t.shape.size()));
+    }
+    for (size_t d = 0; d < p.dims.size(); ++d) {
+      int64_t want = p.dims[d];
+      int64_t got = t.shape[d];
+      if (want >= 0) {
+        if (got != want) {
+          Fail(ErrorKind::kValue, where + " dimension " + std::to_string(d) + " must be " +
+                                      std::to_string(want) + ", got " + std::to_string(got));
+        }
+        continue;
+      }
+      size_t s = static_cast<size_t>(-1 - want);
+      if (symbols[s] < 0) {
+        symbols[s] = got;
+      } else if (symbols[s] != got) {
+        Fail(ErrorKind::kValue, where + " dimension " + std::to_string(d) + " is " + std::to_string(got) +
+                                    " but '" + fn.symbols[s] + "' is " + std::to_string(symbols[s]) +
+                                    " from an earlier dimension");
+      }
+    }
+    if (t.device() != devices_[p.device_slot]) {
+      if (!t.device()->is_host() && !devices_[p.device_slot]->is_host()) {
+        Fail(ErrorKind::kValue, where + " is on device '" + t.device()->name() + "', this VM runs on '" +
+                                    devices_[kExecutionSlot]->name() + "'");
+      }
+      args[i] = Value::Tensor(CopyTo(args[i].tensor, p.device_slot));
+    }
+  }
+}
+
+TensorRef VirtualMachine::CopyTo(const TensorRef& src, int slot) {
+  const auto& target = devices_[slot];
+  if (src->device() == target) return src;
+  TensorRef dst = AllocTensor(pools_[slot], src->shape, src->dtype);
+  counters_.allocations += 1;
+  size_t n = src->nbytes();
+  if (target->is_host()) {
+    const auto& from = src->device();
+    counters_.modelled_transfer_s += from->CopyToHost(dst->data(), src->data(), n);
+    from->Sync();
+    counters_.d2h_copies += 1;
+    counters_.d2h_bytes += static_cast<int64_t>(n);
+    counters_.syncs += 1;
+  } else if (src->device()->is_host()) {
+    counters_.modelled_transfer_s += target->CopyFromHost(dst->data(), src->data(), n);
+    counters_.h2d_copies += 1;
+    counters_.h2d_bytes += static_cast<int64_t>(n);
+  } else {
+    Fail(ErrorKind::kValue, "cannot copy between devices '" + src->device()->name() + "' and '" + target->name() + "'");
+  }
+  return dst;
+}
+
+}  // namespace shapefn

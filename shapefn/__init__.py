@@ -1,0 +1,24 @@
+"""shapefn: a runtime for dynamic-shape models on heterogeneous hardware.
+
+Shape functions declare data dependence per input, so the VM copies to the
+host only the values a shape function reads, never whole data tensors.
+"""
+import tvm_ffi as _tvm_ffi  # noqa: F401  (loads libtvm_ffi before the extensions)
+
+from . import _core
+from .builder import Label, Param, ProgramBuilder, Reg
+from .config import cache_dir, set_cache_dir
+from .devices import Device, device, sim, tvm_device_exists
+from .errors import DataDependenceError, ExecutableFormatError, OverDeclaredWarning
+from .executable import Executable
+from .registry import data_dependence, register_shape_func, registered_ops, shape_func_info
+from .vm import Tensor, VirtualMachine
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DataDependenceError", "Device", "Executable", "ExecutableFormatError", "Label",
+    "OverDeclaredWarning", "Param", "ProgramBuilder", "Reg", "Tensor", "VirtualMachine",
+    "cache_dir", "data_dependence", "device", "register_shape_func", "registered_ops",
+    "set_cache_dir", "shape_func_info", "sim", "tvm_device_exists",
+]

@@ -1,0 +1,32 @@
+"""Process-wide settings: where compiled shape functions are cached on disk."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_ENV_CACHE_DIR = "SHAPEFN_CACHE_DIR"
+_cache_dir_override: Path | None = None
+
+
+def cache_dir() -> Path:
+    """The directory compiled shape functions are cached in, created if missing.
+
+    In order of precedence: the last ``set_cache_dir`` path, the
+    ``SHAPEFN_CACHE_DIR`` environment variable (read on every call), then
+    ``~/.cache/shapefn``.
+    """
+    if _cache_dir_override is not None:
+        path = _cache_dir_override
+    elif os.environ.get(_ENV_CACHE_DIR):
+        path = Path(os.environ[_ENV_CACHE_DIR]).expanduser()
+    else:
+        path = Path.home() / ".cache" / "shapefn"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def set_cache_dir(path: str | os.PathLike[str] | None) -> None:
+    """Use ``path`` as the cache directory; ``None`` restores the default lookup."""
+    global _cache_dir_override
+    _cache_dir_override = None if path is None else Path(path).expanduser()

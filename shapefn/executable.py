@@ -1,0 +1,89 @@
+"""Executable: bytecode, constants and kernels; ``save`` / ``load``."""
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+from . import _core
+
+_LIBRARY_SUFFIX = ".kernels.so"
+
+
+class Executable:
+    """A verified shapefn program.
+
+    ``kernels`` maps kernel names to ``tvm_ffi.Function``s; ``library`` is the
+    TVM runtime module they came from (needed to ``save``). Kernel names found
+    in neither are looked up among tvm-ffi global functions when a VM is made.
+    """
+
+    def __init__(self, core: _core.Executable, kernels: Mapping | None = None, library=None):
+        self._core = core
+        self._kernels = dict(kernels or {})
+        self._library = library
+
+    @property
+    def function_names(self) -> list[str]:
+        return list(self._core.function_names)
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return list(self._core.kernels)
+
+    @property
+    def shape_funcs(self) -> list[str]:
+        return list(self._core.shape_funcs)
+
+    def as_text(self) -> str:
+        """The disassembled bytecode of every function."""
+        return self._core.disassemble()
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the bytecode to ``path`` and, if it has one, the kernel
+        library beside it as ``<path>.kernels.so``."""
+        path = os.fspath(path)
+        library_name = ""
+        if self._library is not None:
+            library_name = os.path.basename(path) + _LIBRARY_SUFFIX
+            self._library.export_library(os.path.join(os.path.dirname(path) or ".", library_name))
+        else:
+            import tvm_ffi
+
+            loose = [n for n in self._kernels if tvm_ffi.get_global_func(n, allow_missing=True) is None]
+            if loose:
+                raise ValueError(
+                    f"cannot save: kernels {loose} were given as functions without a library; "
+                    "build with library=<tvm module> or register them as global functions")
+        core = _core.Executable.deserialize(self._core.serialize())
+        core.kernel_library = library_name
+        core.save(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Executable":
+        """Reads and verifies an executable; raises ``ExecutableFormatError``
+        for a truncated or corrupt file."""
+        path = os.fspath(path)
+        core = _core.Executable.load(path)
+        kernels, library = {}, None
+        if core.kernel_library:
+            import tvm
+
+            lib_path = os.path.join(os.path.dirname(path) or ".", core.kernel_library)
+            if not os.path.exists(lib_path):
+                raise FileNotFoundError(f"kernel library '{lib_path}' of executable '{path}' is missing")
+            library = tvm.runtime.load_module(lib_path)
+            for name in core.kernels:
+                fn = _library_function(library, name)
+                if fn is not None:
+                    kernels[name] = fn
+        return cls(core, kernels, library)
+
+    def __repr__(self) -> str:
+        return f"shapefn.Executable(functions={self.function_names}, kernels={len(self.kernel_names)})"
+
+
+def _library_function(library, name: str):
+    try:
+        return library[name]
+    except (AttributeError, KeyError, ValueError, RuntimeError):
+        return None
