@@ -85,6 +85,11 @@ cdef class Tensor:
     def nbytes(self):
         return NBytes(self.ref)
 
+    @property
+    def _data_ptr(self):
+        """Address of the first element in the device's address space (tests)."""
+        return <uintptr_t>DataPtr(self.ref)
+
     def numpy(self):
         out = np.empty(self.shape, dtype=self.dtype)
         cdef uintptr_t dst = out.ctypes.data

@@ -36,7 +36,7 @@ DLDataType DTypeOfArray(const py::array& a) {
 }
 
 // Runs a native built-in on numpy arrays (values) or tuples (shapes only).
-std::vector<ShapeVec> EvalShapeFunc(const std::string& op, const py::list& inputs,
+py::list EvalShapeFunc(const std::string& op, const py::list& inputs,
                                     const std::vector<int64_t>& attrs) {
   ShapeFuncEntryPtr entry = ShapeFuncRegistry::Global().Lookup(op);
   if (entry->native == nullptr) throw py::value_error("'" + op + "' has no native shape function");
@@ -71,7 +71,9 @@ std::vector<ShapeVec> EvalShapeFunc(const std::string& op, const py::list& input
   std::vector<ShapeVec> out;
   ShapeFuncAttrs a{attrs.data(), static_cast<int>(attrs.size())};
   entry->native(in.data(), static_cast<int>(n), a, &out);
-  return out;
+  py::list result;
+  for (const ShapeVec& s : out) result.append(py::tuple(py::cast(s)));
+  return result;
 }
 
 std::vector<bool> CheckMask(const py::object& mask) {
