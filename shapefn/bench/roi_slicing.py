@@ -68,11 +68,13 @@ def build(num_rois: int, params: str = "device") -> Executable:
 
 
 def make_inputs(num_rois: int, fmap_shape=(64, 256, 56, 56), seed: int = 0):
-    """A feature map and ``num_rois`` ROIs of 7..14 pixels inside it."""
+    """A feature map and ``num_rois`` ROIs of 7..14 pixels (fewer on small
+    maps) inside it."""
     rng = np.random.default_rng(seed)
     n, _, h, w = fmap_shape
     fmap = rng.standard_normal(fmap_shape, dtype=np.float32)
-    size = rng.integers(7, 15, size=(num_rois, 2))
+    low = np.minimum(7, [h, w])
+    size = rng.integers(low, np.minimum(15, [h + 1, w + 1]), size=(num_rois, 2))
     y0 = rng.integers(0, h - size[:, 0] + 1)
     x0 = rng.integers(0, w - size[:, 1] + 1)
     rois = np.stack([np.arange(num_rois) % n, y0, x0, y0 + size[:, 0], x0 + size[:, 1]], axis=1)
