@@ -196,6 +196,7 @@ class ProgramBuilder:
     def build(self, library=None, kernels: Mapping | None = None) -> Executable:
         """Verifies and returns the executable. ``library`` is a TVM runtime
         module whose functions provide the kernels of the same names."""
+        parts = [fb._finish() for fb in self._functions]  # declares the kernels it names
         funcs = dict(self._kernel_funcs)
         if library is not None:
             for name in self._kernels:
@@ -205,6 +206,5 @@ class ProgramBuilder:
                     except (AttributeError, KeyError, ValueError, RuntimeError):
                         pass
         funcs.update(kernels or {})
-        parts = [fb._finish() for fb in self._functions]
         core = _core.Executable.from_parts(parts, self._constants, self._kernels, self._shape_funcs, "")
         return Executable(core, funcs, library)

@@ -14,14 +14,17 @@ class VirtualMachine:
     ``dependence="per-input"`` (default) copies to the host only the inputs
     whose values a shape function reads; ``"per-op"`` copies every input of an
     op with a data-dependent shape function whole, for comparison.
+    ``max_instructions`` (0: none) bounds the instructions one call may run;
+    a call past it raises ``RuntimeError``. Ctrl-C interrupts a running call.
     """
 
-    def __init__(self, exe: Executable, device="sim", *, dependence: str = "per-input"):
+    def __init__(self, exe: Executable, device="sim", *, dependence: str = "per-input",
+                 max_instructions: int = 0):
         if not isinstance(exe, Executable):
             raise TypeError(f"expected a shapefn.Executable, got {type(exe).__name__}")
         self.executable = exe
         self.device = devices.device(device)
-        self._vm = _core.VirtualMachine(exe._core, self.device, dependence, exe._kernels)
+        self._vm = _core.VirtualMachine(exe._core, self.device, dependence, exe._kernels, max_instructions)
         self._address = self._vm._address()
         self.dependence = dependence
 

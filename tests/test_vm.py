@@ -1,5 +1,11 @@
 """The VM on hand-built programs: results against numpy, exact counters of
 what crossed the host/device boundary, and clear errors on bad input."""
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
 import numpy as np
 import pytest
 
@@ -306,3 +312,43 @@ def test_recursion_depth_is_bounded(sim):
     fb.ret(r)
     with pytest.raises(RuntimeError, match="call depth"):
         shapefn.VirtualMachine(pb.build(), sim)()
+
+
+def endless_loop_program():
+    pb = ProgramBuilder()
+    fb = pb.function("main", [])
+    top = Label()
+    fb.place(top)
+    fb.goto(top)
+    return pb.build()
+
+
+def test_instruction_budget_stops_a_runaway_call(sim):
+    vm = shapefn.VirtualMachine(endless_loop_program(), sim, max_instructions=10_000)
+    with pytest.raises(RuntimeError, match="budget of 10000 instructions"):
+        vm()
+    assert 10_000 < vm.counters["instructions"] <= 10_002
+
+
+def test_ctrl_c_interrupts_a_running_call(tmp_path):
+    code = textwrap.dedent("""
+        import shapefn, sys
+        from shapefn import Label, ProgramBuilder
+        pb = ProgramBuilder()
+        fb = pb.function("main", [])
+        top = Label()
+        fb.place(top)
+        fb.goto(top)
+        vm = shapefn.VirtualMachine(pb.build(), "host")
+        print("running", flush=True)
+        try:
+            vm()
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert proc.stdout.readline().strip() == "running"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert "interrupted" in out

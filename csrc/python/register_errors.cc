@@ -22,6 +22,7 @@ void RegisterErrors(py::module_& m) {
         case ErrorKind::kFormat: PyErr_SetString(format_error, e.what()); return;
         case ErrorKind::kDependence: PyErr_SetString(dependence_error, e.what()); return;
         case ErrorKind::kRuntime: PyErr_SetString(PyExc_RuntimeError, e.what()); return;
+        case ErrorKind::kInterrupted: PyErr_SetString(PyExc_KeyboardInterrupt, e.what()); return;
       }
     }
   });

@@ -23,8 +23,10 @@ py::dict CountersToDict(const Counters& c) {
 void RegisterVM(py::module_& m) {
   py::class_<VirtualMachine, std::shared_ptr<VirtualMachine>>(m, "VirtualMachine")
       .def(py::init([](std::shared_ptr<Executable> exe, std::shared_ptr<Device> device, const std::string& dependence,
-                       const py::dict& kernels) {
+                       const py::dict& kernels, int64_t max_instructions) {
              VMOptions options;
+             if (max_instructions < 0) throw py::value_error("max_instructions must be >= 0");
+             options.max_instructions = max_instructions;
              if (dependence == "per-input") {
                options.dependence = Dependence::kPerInput;
              } else if (dependence == "per-op") {
@@ -36,7 +38,8 @@ void RegisterVM(py::module_& m) {
              for (auto kv : kernels) table.emplace(kv.first.cast<std::string>(), FunctionFromPython(kv.second));
              return std::make_shared<VirtualMachine>(std::move(exe), std::move(device), options, table);
            }),
-           py::arg("executable"), py::arg("device"), py::arg("dependence"), py::arg("kernels"))
+           py::arg("executable"), py::arg("device"), py::arg("dependence"), py::arg("kernels"),
+           py::arg("max_instructions") = 0)
       .def("counters", [](const VirtualMachine& vm) { return CountersToDict(vm.counters()); })
       .def("constant_counters", [](const VirtualMachine& vm) { return CountersToDict(vm.constant_counters()); })
       .def("reset_counters", &VirtualMachine::ResetCounters)

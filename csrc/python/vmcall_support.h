@@ -37,6 +37,7 @@ inline void TranslateError() {
       case ErrorKind::kFormat: type = format_error_class ? format_error_class : PyExc_ValueError; break;
       case ErrorKind::kDependence: type = dependence_error_class ? dependence_error_class : PyExc_ValueError; break;
       case ErrorKind::kRuntime: type = PyExc_RuntimeError; break;
+      case ErrorKind::kInterrupted: type = PyExc_KeyboardInterrupt; break;
     }
     PyErr_SetString(type, e.what());
   } catch (const std::bad_alloc&) {

@@ -18,7 +18,7 @@ constexpr char kMagic[8] = {'S', 'H', 'A', 'P', 'E', 'F', 'N', 'X'};
 constexpr size_t kHeaderSize = 8 + 4 + 8 + 8;
 
 uint64_t Fnv1a(const uint8_t* data, size_t n) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;  // FNV-1a 64 offset basis
   for (size_t i = 0; i < n; ++i) {
     h ^= data[i];
     h *= 1099511628211ull;

@@ -209,13 +209,18 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
       }
       case Opcode::kIf:
         if (IntOf(ins, regs[ins.op_at(0)]) == 0) {
-          pc = static_cast<size_t>(ins.op_at(1));
+          size_t target = static_cast<size_t>(ins.op_at(1));
+          if (target <= pc) OnBackwardJump();
+          pc = target;
           continue;
         }
         break;
-      case Opcode::kGoto:
-        pc = static_cast<size_t>(ins.op_at(0));
+      case Opcode::kGoto: {
+        size_t target = static_cast<size_t>(ins.op_at(0));
+        if (target <= pc) OnBackwardJump();
+        pc = target;
         continue;
+      }
       case Opcode::kRet:
         return std::move(regs[ins.op_at(0)]);
       case Opcode::kCount:
@@ -223,6 +228,16 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
     }
     ++pc;
   }
+}
+
+TensorRef VirtualMachine::StageToHost(const TensorRef& src) {
+  TensorRef h = AllocTensor(pools_[kHostSlot], src->shape, src->dtype);
+  size_t nbytes = src->nbytes();
+  counters_.modelled_transfer_s += src->device()->CopyToHost(h->data(), src->data(), nbytes);
+  counters_.d2h_copies += 1;
+  counters_.d2h_bytes += static_cast<int64_t>(nbytes);
+  counters_.allocations += 1;
+  return h;
 }
 
 void VirtualMachine::ExecInvokeKernel(const Instruction& ins, std::vector<Value>& regs) {
@@ -287,15 +302,9 @@ void VirtualMachine::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Val
           value = HostView(t);
         } else {
           // Only this input's bytes cross; the sync waits for them once below.
-          TensorRef h = AllocTensor(pools_[kHostSlot], t.shape, t.dtype);
-          size_t nbytes = t.nbytes();
-          counters_.modelled_transfer_s += t.device()->CopyToHost(h->data(), t.data(), nbytes);
-          counters_.d2h_copies += 1;
-          counters_.d2h_bytes += static_cast<int64_t>(nbytes);
-          counters_.allocations += 1;
+          staged.push_back(StageToHost(v.tensor));
           wait_on = t.device().get();
-          value = HostView(*h);
-          staged.push_back(std::move(h));
+          value = HostView(*staged.back());
         }
         input.value = &value;
         break;
@@ -417,14 +426,8 @@ void VirtualMachine::ExecReadback(const Instruction& ins, std::vector<Value>& re
       host[static_cast<size_t>(i)] = src;
       continue;
     }
-    TensorRef h = AllocTensor(pools_[kHostSlot], src->shape, src->dtype);
-    size_t nbytes = src->nbytes();
-    counters_.modelled_transfer_s += src->device()->CopyToHost(h->data(), src->data(), nbytes);
-    counters_.d2h_copies += 1;
-    counters_.d2h_bytes += static_cast<int64_t>(nbytes);
-    counters_.allocations += 1;
+    host[static_cast<size_t>(i)] = StageToHost(src);
     wait_on = src->device().get();
-    host[static_cast<size_t>(i)] = std::move(h);
   }
   // All readbacks of one instruction wait on the device once.
   if (wait_on != nullptr) {

@@ -34,6 +34,27 @@ bool ValidDType(DLDataType t) {
                                std::to_string(pc) + ": " + what);
 }
 
+// Names reach Python as str, so they must be valid UTF-8.
+bool ValidUtf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+void CheckName(const std::string& name, const char* what) {
+  if (name.empty() || !ValidUtf8(name)) {
+    Fail(ErrorKind::kFormat, std::string("invalid executable: ") + what + " name is empty or not UTF-8");
+  }
+}
+
 }  // namespace
 
 DLDataType DecodeDType(int64_t word) {
@@ -46,11 +67,13 @@ DLDataType DecodeDType(int64_t word) {
 
 void Executable::Verify() {
   std::set<std::string> names;
-  for (const auto& k : kernels) {
-    if (k.empty()) Fail(ErrorKind::kFormat, "invalid executable: empty kernel name");
-  }
-  for (const auto& s : shape_funcs) {
-    if (s.empty()) Fail(ErrorKind::kFormat, "invalid executable: empty shape function name");
+  for (const auto& k : kernels) CheckName(k, "kernel");
+  for (const auto& s : shape_funcs) CheckName(s, "shape function");
+  // The kernel library is a file beside the executable, never a path.
+  if (!kernel_library.empty() &&
+      (!ValidUtf8(kernel_library) || kernel_library.find('/') != std::string::npos ||
+       kernel_library == "." || kernel_library == "..")) {
+    Fail(ErrorKind::kFormat, "invalid executable: kernel library must be a file name beside the executable");
   }
   for (size_t i = 0; i < constants.size(); ++i) {
     const ConstantDef& c = constants[i];
@@ -69,6 +92,9 @@ void Executable::Verify() {
     if (nbytes != c.bytes.size()) Fail(ErrorKind::kFormat, where + " has " + std::to_string(c.bytes.size()) + " bytes, its shape needs " + std::to_string(nbytes));
   }
   for (FunctionDef& f : functions) {
+    CheckName(f.name, "function");
+    for (const ParamSpec& p : f.params) CheckName(p.name, "parameter");
+    for (const std::string& sym : f.symbols) CheckName(sym, "symbol");
     if (!names.insert(f.name).second) Fail(ErrorKind::kFormat, "invalid executable: duplicate function '" + f.name + "'");
     if (f.num_registers < static_cast<int64_t>(f.params.size()) || f.num_registers > kMaxRegisters) {
       Fail(ErrorKind::kFormat, "invalid executable: function '" + f.name + "' has " +

@@ -1,6 +1,8 @@
 // VirtualMachine construction, argument checking and the call entry point.
 #include "shapefn/vm.h"
 
+#include <tvm/ffi/extra/c_env_api.h>
+
 #include "shapefn/error.h"
 
 namespace shapefn {
@@ -99,6 +101,7 @@ Value VirtualMachine::Invoke(int function_index, std::vector<Value> args) {
   CheckArguments(fn, args);
   std::vector<Value> registers(static_cast<size_t>(fn.num_registers));
   for (size_t i = 0; i < args.size(); ++i) registers[i] = std::move(args[i]);
+  call_start_instructions_ = counters_.instructions;
   return Run(function_index, registers, 0);
 }
 
@@ -151,20 +154,31 @@ void VirtualMachine::CheckArguments(const FunctionDef& fn, std::vector<Value>& a
   }
 }
 
+void VirtualMachine::OnBackwardJump() {
+  if (options_.max_instructions > 0 &&
+      counters_.instructions - call_start_instructions_ > options_.max_instructions) {
+    Fail(ErrorKind::kRuntime, "the call exceeded its budget of " + std::to_string(options_.max_instructions) +
+                                  " instructions");
+  }
+  // Checking for Ctrl-C takes the GIL, so only every 4096th loop iteration.
+  if ((++backward_jumps_ & 4095u) == 0 && TVMFFIEnvCheckSignals() != 0) {
+    Fail(ErrorKind::kInterrupted, "interrupted while the VM ran");
+  }
+}
+
 TensorRef VirtualMachine::CopyTo(const TensorRef& src, int slot) {
   const auto& target = devices_[slot];
   if (src->device() == target) return src;
+  if (target->is_host()) {
+    TensorRef dst = StageToHost(src);
+    src->device()->Sync();
+    counters_.syncs += 1;
+    return dst;
+  }
   TensorRef dst = AllocTensor(pools_[slot], src->shape, src->dtype);
   counters_.allocations += 1;
   size_t n = src->nbytes();
-  if (target->is_host()) {
-    const auto& from = src->device();
-    counters_.modelled_transfer_s += from->CopyToHost(dst->data(), src->data(), n);
-    from->Sync();
-    counters_.d2h_copies += 1;
-    counters_.d2h_bytes += static_cast<int64_t>(n);
-    counters_.syncs += 1;
-  } else if (src->device()->is_host()) {
+  if (src->device()->is_host()) {
     counters_.modelled_transfer_s += target->CopyFromHost(dst->data(), src->data(), n);
     counters_.h2d_copies += 1;
     counters_.h2d_bytes += static_cast<int64_t>(n);

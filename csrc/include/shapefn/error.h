@@ -16,6 +16,7 @@ enum class ErrorKind {
   kFormat,      // shapefn.ExecutableFormatError: malformed executable
   kDependence,  // shapefn.DataDependenceError: mask contradicts the function
   kRuntime,     // RuntimeError: a kernel or device failed
+  kInterrupted, // KeyboardInterrupt: a signal arrived while the VM ran
 };
 
 class Error : public std::runtime_error {

@@ -70,8 +70,9 @@ class ShapeFuncRegistry {
 
 // Registers a built-in at static-initialisation time, next to its definition:
 //   SHAPEFN_BUILTIN(relax_dynamic_strided_slice, "relax.dynamic_strided_slice",
-//                   {"dyn.strided_slice"}, {false, true, true, true}, 1, false,
-//                   StridedSliceShape);
+//                   {"dyn.strided_slice"}, (std::vector<bool>{false, true, true, true}),
+//                   1, false, StridedSliceShape);
+// (A braced list with commas must be parenthesised: it is a macro argument.)
 struct BuiltinRegistrar {
   BuiltinRegistrar(const char* name, std::vector<std::string> aliases, std::vector<bool> mask,
                    int num_outputs, bool count_sized, NativeShapeFunc fn);

@@ -31,6 +31,10 @@ enum class Dependence {
 struct VMOptions {
   Dependence dependence = Dependence::kPerInput;
   int max_call_depth = 512;
+  // Instructions one call may execute before it is stopped (0: no limit).
+  // Loops are legal, so a budget is the only bound on a runaway program;
+  // without one, Ctrl-C still interrupts it (signals are checked on loops).
+  int64_t max_instructions = 0;
 };
 
 class VirtualMachine {
@@ -56,8 +60,13 @@ class VirtualMachine {
 
  private:
   Value Run(int function_index, std::vector<Value>& registers, int depth);
+  // Called on every backward jump: enforces the budget, checks for signals.
+  void OnBackwardJump();
   void CheckArguments(const FunctionDef& fn, std::vector<Value>& args);
   TensorRef CopyTo(const TensorRef& src, int slot);
+  // Enqueues a device-to-host copy of `src` (counted); the caller syncs once
+  // for all the copies it staged.
+  TensorRef StageToHost(const TensorRef& src);
   void ExecInvokeKernel(const Instruction& ins, std::vector<Value>& regs);
   void ExecInvokeShapeFunc(const Instruction& ins, std::vector<Value>& regs);
   void ExecReadback(const Instruction& ins, std::vector<Value>& regs);
@@ -70,6 +79,8 @@ class VirtualMachine {
   std::vector<ShapeFuncEntryPtr> shape_funcs_;
   std::vector<Value> constants_;
   Counters counters_, constant_counters_;
+  int64_t call_start_instructions_ = 0;
+  uint32_t backward_jumps_ = 0;
   std::mutex call_mutex_;
 
   struct CompiledShapeFunc {
