@@ -7,6 +7,7 @@ import tvm_ffi as _tvm_ffi  # noqa: F401  (loads libtvm_ffi before the extension
 
 from . import _core
 from .builder import Label, Param, ProgramBuilder, Reg
+from .compiler import compile, emit_extern
 from .config import cache_dir, set_cache_dir
 from .devices import Device, device, sim, tvm_device_exists
 from .errors import DataDependenceError, ExecutableFormatError, OverDeclaredWarning
@@ -19,6 +20,6 @@ __version__ = "0.1.0"
 __all__ = [
     "DataDependenceError", "Device", "Executable", "ExecutableFormatError", "Label",
     "OverDeclaredWarning", "Param", "ProgramBuilder", "Reg", "Tensor", "VirtualMachine",
-    "cache_dir", "data_dependence", "device", "register_shape_func", "registered_ops",
+    "cache_dir", "compile", "data_dependence", "emit_extern", "device", "register_shape_func", "registered_ops",
     "set_cache_dir", "shape_func_info", "sim", "tvm_device_exists",
 ]

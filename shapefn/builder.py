@@ -12,7 +12,7 @@ from .executable import Executable
 
 _ISA: dict[str, str] = {name: operands for name, operands in _core.isa()}
 _OPCODES: dict[str, int] = {name: i for i, (name, _) in enumerate(_core.isa())}
-_DEVICES = {"host": 0, "device": 1}
+_DEVICES = {"host": 0, "device": 1, "any": -1}
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,10 @@ class Label:
 
 @dataclass
 class Param:
-    """A function parameter: dtype, shape (ints fixed, strings symbolic), device."""
+    """A function parameter: dtype, shape (ints fixed, strings symbolic), device.
+
+    ``device="any"`` marks a parameter of an internal function that may hold
+    any value (tensor on either device, shape, int, tuple); it is not checked."""
 
     name: str
     dtype: str

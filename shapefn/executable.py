@@ -21,6 +21,8 @@ class Executable:
         self._core = core
         self._kernels = dict(kernels or {})
         self._library = library
+        #: The dependence mode VMs made from this executable use by default.
+        self.default_dependence = "per-input"
 
     @property
     def function_names(self) -> list[str]:

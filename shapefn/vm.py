@@ -11,19 +11,20 @@ class VirtualMachine:
     """Runs an Executable on ``device`` ("sim", "host", a TVM device name, or
     a ``shapefn.Device``).
 
-    ``dependence="per-input"`` (default) copies to the host only the inputs
+    ``dependence="per-input"`` (the executable's default unless given) copies to the host only the inputs
     whose values a shape function reads; ``"per-op"`` copies every input of an
     op with a data-dependent shape function whole, for comparison.
     ``max_instructions`` (0: none) bounds the instructions one call may run;
     a call past it raises ``RuntimeError``. Ctrl-C interrupts a running call.
     """
 
-    def __init__(self, exe: Executable, device="sim", *, dependence: str = "per-input",
+    def __init__(self, exe: Executable, device="sim", *, dependence: str | None = None,
                  max_instructions: int = 0):
         if not isinstance(exe, Executable):
             raise TypeError(f"expected a shapefn.Executable, got {type(exe).__name__}")
         self.executable = exe
         self.device = devices.device(device)
+        dependence = dependence or exe.default_dependence
         self._vm = _core.VirtualMachine(exe._core, self.device, dependence, exe._kernels, max_instructions)
         self._address = self._vm._address()
         self.dependence = dependence

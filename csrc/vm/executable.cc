@@ -241,7 +241,7 @@ std::string Executable::Disassemble() const {
         int64_t v = f.params[p].dims[d];
         os << (d ? ", " : "") << (v >= 0 ? std::to_string(v) : f.symbols[static_cast<size_t>(-1 - v)]);
       }
-      os << "]" << (f.params[p].device_slot == kHostSlot ? "@host" : "");
+      os << "]" << (f.params[p].device_slot == kHostSlot ? "@host" : f.params[p].device_slot == kAnySlot ? "@any" : "");
     }
     os << ") registers=" << f.num_registers << "\n" << shapefn::Disassemble(f.decoded);
   }

@@ -93,6 +93,12 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
       case Opcode::kLoadConst:
         regs[ins.op_at(0)] = constants_[static_cast<size_t>(ins.op_at(1))];
         break;
+      case Opcode::kLoadShape:
+        regs[ins.op_at(0)] = Value::Shape(ShapeVec(ins.list(0), ins.list(0) + ins.list_size(0)));
+        break;
+      case Opcode::kKill:
+        regs[ins.op_at(0)] = Value();
+        break;
       case Opcode::kAllocStorage: {
         int64_t nbytes = IntOf(ins, regs[ins.op_at(2)]);
         if (nbytes < 0) Fail(ErrorKind::kValue, "alloc_storage of negative size " + std::to_string(nbytes));
@@ -164,6 +170,25 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
         ShapeVec s(static_cast<size_t>(ins.list_size(0)));
         for (size_t i = 0; i < s.size(); ++i) s[i] = IntOf(ins, regs[ins.list(0)[i]]);
         regs[ins.op_at(0)] = Value::Shape(std::move(s));
+        break;
+      }
+      case Opcode::kShapeBuild: {
+        ShapeVec s(static_cast<size_t>(ins.list_size(0)));
+        const int64_t* pattern = ins.list(0);
+        for (size_t i = 0; i < s.size(); ++i) {
+          s[i] = pattern[i] >= 0 ? pattern[i] : IntOf(ins, regs[ins.list(1)[-1 - pattern[i]]]);
+        }
+        regs[ins.op_at(0)] = Value::Shape(std::move(s));
+        break;
+      }
+      case Opcode::kTensorDim: {
+        const ShapeVec& s = TensorOf(ins, regs[ins.op_at(1)])->shape;
+        int64_t i = ins.op_at(2);
+        if (i < 0) i += static_cast<int64_t>(s.size());
+        if (i < 0 || i >= static_cast<int64_t>(s.size())) {
+          Fail(ErrorKind::kIndex, "tensor_dim: axis " + std::to_string(ins.op_at(2)) + " out of range for rank " + std::to_string(s.size()));
+        }
+        regs[ins.op_at(0)] = Value::Int(s[static_cast<size_t>(i)]);
         break;
       }
       case Opcode::kShapeNumel: {
@@ -419,8 +444,8 @@ void VirtualMachine::ExecReadback(const Instruction& ins, std::vector<Value>& re
   Device* wait_on = nullptr;
   for (int64_t i = 0; i < n; ++i) {
     const TensorRef& src = TensorOf(ins, regs[ins.list(1)[i]]);
-    if (src->dtype.code != kDLInt && src->dtype.code != kDLUInt) {
-      Fail(ErrorKind::kType, "readback reads integer tensors, got " + DTypeToString(src->dtype));
+    if (src->dtype.code != kDLInt && src->dtype.code != kDLUInt && src->dtype.code != kDLBool) {
+      Fail(ErrorKind::kType, "readback reads integer or bool tensors, got " + DTypeToString(src->dtype));
     }
     if (src->device()->is_host()) {
       host[static_cast<size_t>(i)] = src;

@@ -103,6 +103,7 @@ void Executable::Verify() {
     }
     for (const ParamSpec& p : f.params) {
       std::string where = "invalid executable: function '" + f.name + "' parameter '" + p.name + "'";
+      if (p.device_slot == kAnySlot) continue;
       if (!ValidDType(p.dtype)) Fail(ErrorKind::kFormat, where + " has an invalid dtype");
       if (p.device_slot < 0 || p.device_slot >= kNumDeviceSlots) Fail(ErrorKind::kFormat, where + " has an invalid device");
       for (int64_t d : p.dims) {
@@ -150,6 +151,11 @@ void Executable::Verify() {
         }
       }
       if (ins.op == Opcode::kGetItem && ins.op_at(2) < 0) Reject(f, pc, "negative tuple index");
+      if (ins.op == Opcode::kShapeBuild) {
+        for (int64_t i = 0; i < ins.list_size(0); ++i) {
+          if (ins.list(0)[i] < -ins.list_size(1)) Reject(f, pc, "shape_build template refers past its ints");
+        }
+      }
       if (ins.op == Opcode::kReadback && ins.list_size(0) != ins.list_size(1)) {
         Reject(f, pc, "readback needs as many destinations as sources");
       }

@@ -113,6 +113,7 @@ void VirtualMachine::CheckArguments(const FunctionDef& fn, std::vector<Value>& a
   std::vector<int64_t> symbols(fn.symbols.size(), -1);
   for (size_t i = 0; i < args.size(); ++i) {
     const ParamSpec& p = fn.params[i];
+    if (p.device_slot == kAnySlot) continue;
     std::string where = "'" + fn.name + "' argument " + std::to_string(i) + " ('" + p.name + "')";
     if (args[i].kind != Value::Kind::kTensor) {
       Fail(ErrorKind::kType, where + " must be a tensor, got " + KindName(args[i].kind));

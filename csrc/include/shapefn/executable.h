@@ -18,12 +18,15 @@ namespace shapefn {
 constexpr int kHostSlot = 0;       // device slot of the host CPU
 constexpr int kExecutionSlot = 1;  // device slot of the device the VM runs on
 constexpr int kNumDeviceSlots = 2;
+constexpr int kAnySlot = -1;       // parameter of an internal function: any value, unchecked
 
 struct ParamSpec {
   std::string name;
   DLDataType dtype{};
   // Per dimension: >= 0 a fixed extent, -1 - k the function's symbol k.
   std::vector<int64_t> dims;
+  // kAnySlot: not a tensor argument the entry checks (internal functions
+  // take shapes, ints and tuples too).
   int device_slot = kExecutionSlot;
 };
 

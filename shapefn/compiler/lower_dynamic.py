@@ -1,0 +1,192 @@
+"""Lowers Relax's data-dependent ops through the shape-function registry.
+
+Runs before TVM's legalization. Each op whose output shape depends on input
+values becomes: a host shape-function call (the VM hands it what the op's
+mask says), a ``match_cast`` binding fresh size variables, and a kernel whose
+output carries those variables. Count-sized ops (nonzero, unique, NMS) get an
+upper bound, a kernel that writes a count, a read of that count alone, and a
+view of the exact result. Everything else is left to TVM.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from .. import kernels
+from .shape_calls import emit_count, emit_shape, emit_view
+
+_FROM_TENSOR_TO_SHAPE = {"relax.reshape", "relax.full", "relax.zeros", "relax.ones", "relax.broadcast_to",
+                         "relax.image.resize2d"}
+
+
+def _count_kernels():
+    from . import count_kernels
+
+    return count_kernels
+
+
+def _dtype(expr: relax.Expr) -> str:
+    return str(expr.ty.dtype)
+
+
+def _ndim(expr: relax.Expr) -> int:
+    ndim = expr.ty.ndim
+    if ndim < 0:
+        raise ValueError(f"shapefn needs the rank of {expr} to lower a data-dependent op")
+    return ndim
+
+
+@relax.expr_functor.mutator
+class _Lowering(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self._mod = mod
+        self._kernels: dict[str, relax.GlobalVar] = {}
+        # Vars bound to R.tensor_to_shape(t): the tensor t whose value they hold.
+        self._shape_sources: dict[relax.Var, relax.Expr] = {}
+
+    def run(self) -> tvm.IRModule:
+        for gv, func in self._mod.functions.items():
+            if isinstance(func, relax.Function):
+                self.builder_.update_func(gv, self.visit_expr(func))
+        return self.builder_.get()
+
+    def _kernel(self, name: str, func) -> relax.GlobalVar:
+        if name not in self._kernels:
+            self._kernels[name] = self.builder_.add_func(func, name)
+        return self._kernels[name]
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        super().visit_var_binding_(binding)
+        value = binding.value
+        if isinstance(value, relax.Call) and getattr(value.op, "name", None) == "relax.tensor_to_shape":
+            self._shape_sources[self.get_var_remap(binding.var.vid)] = self.visit_expr(value.args[0])
+
+    def _source(self, shape: relax.Expr) -> relax.Expr | None:
+        return self._shape_sources.get(shape) if isinstance(shape, relax.Var) else None
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        name = getattr(call.op, "name", None)
+        if name == "relax.dynamic_strided_slice":
+            return self._strided_slice(call)
+        if name in _FROM_TENSOR_TO_SHAPE:
+            return self._from_runtime_shape(call, name)
+        if name == "relax.nonzero":
+            return self._nonzero(call)
+        if name == "relax.unique":
+            return self._unique(call)
+        if name == "relax.vision.all_class_non_max_suppression":
+            return self._nms(call)
+        return call
+
+    def _strided_slice(self, call: relax.Call) -> relax.Expr:
+        bb = self.builder_
+        data, begin, end, strides = call.args
+        ndim, dtype = _ndim(data), _dtype(data)
+        (dims,) = emit_shape(bb, "relax.dynamic_strided_slice", [data, begin, end, strides], [ndim],
+                             prefix="slice")
+        begin, strides = (v if _dtype(v) == "int64" else bb.emit(relax.op.astype(v, "int64"))
+                          for v in (begin, strides))
+        kernel = self._kernel(f"shapefn_strided_slice_{ndim}d_{dtype}", kernels.strided_slice(ndim, dtype))
+        return relax.call_tir(kernel, [data, begin, strides], relax.TensorType(dims, dtype))
+
+    def _from_runtime_shape(self, call: relax.Call, name: str) -> relax.Expr:
+        """``op(..., R.tensor_to_shape(t))``: the shape function reads t's value
+        (with -1 / 0 / broadcasting rules applied on the host); the op then
+        gets a shape of fresh size variables that TVM legalizes as usual."""
+        shape_arg = 0 if name in ("relax.full", "relax.zeros", "relax.ones") else 1
+        source = self._source(call.args[shape_arg])
+        if source is None:
+            return call
+        bb = self.builder_
+        ndim = call.ty.ndim
+        if name == "relax.full":
+            inputs, attrs = [call.args[1], source], ()
+        elif name in ("relax.zeros", "relax.ones"):
+            inputs, attrs = [source], ()
+        elif name == "relax.broadcast_to":
+            inputs, attrs = [call.args[0], source], (0,)
+        elif name == "relax.image.resize2d":
+            layout = str(call.attrs.layout)
+            if layout not in ("NCHW", "NHWC"):
+                return call
+            inputs, attrs = [call.args[0], source], (0 if layout == "NCHW" else 1,)
+        else:
+            inputs, attrs = [call.args[0], source], ()
+        (dims,) = emit_shape(bb, name, inputs, [ndim], attrs, prefix=name.split(".")[-1])
+        if name == "relax.image.resize2d":
+            spatial = dims[2:] if str(call.attrs.layout) == "NCHW" else dims[1:3]
+            args = [call.args[0], relax.ShapeExpr(spatial), *call.args[2:]]
+        else:
+            args = list(call.args)
+            args[shape_arg] = relax.ShapeExpr(dims)
+        return relax.Call(call.op, args, call.attrs, call.ty_args)
+
+    def _nonzero(self, call: relax.Call) -> relax.Expr:
+        bb = self.builder_
+        (data,) = call.args
+        ndim, dtype = _ndim(data), _dtype(data)
+        ((rows, upper),) = emit_shape(bb, "relax.nonzero", [data], [2], prefix="nonzero")
+        kernel = self._kernel(f"shapefn_nonzero_{ndim}d_{dtype}", _count_kernels().nonzero(ndim, dtype))
+        result = bb.emit(relax.call_tir(kernel, [data], [relax.TensorType([rows, upper], "int64"),
+                                                         relax.TensorType([1], "int64")]))
+        count = emit_count(bb, bb.emit(relax.TupleGetItem(result, 1)), "nonzero")
+        return emit_view(bb, bb.emit(relax.TupleGetItem(result, 0)), [rows, count], "int64")
+
+    def _unique(self, call: relax.Call) -> relax.Expr:
+        data, is_sorted, return_index, return_inverse, return_counts, *axis = call.args
+        if axis:
+            raise NotImplementedError("shapefn lowers relax.unique over the flattened input only (axis=None)")
+        bb = self.builder_
+        dtype = _dtype(data)
+        shapes = emit_shape(bb, "relax.unique", [data], [1, 1, 1, 1], prefix="unique")
+        (upper,), (numel,) = shapes[0], shapes[2]
+        kernel = self._kernel(f"shapefn_unique_{dtype}", _count_kernels().unique(dtype))
+        result = bb.emit(relax.call_tir(kernel, [data], [
+            relax.TensorType([upper], dtype), relax.TensorType([upper], "int64"),
+            relax.TensorType([numel], "int64"), relax.TensorType([upper], "int64"),
+            relax.TensorType([1], "int64")]))
+        count = emit_count(bb, bb.emit(relax.TupleGetItem(result, 4)), "unique")
+        values = emit_view(bb, bb.emit(relax.TupleGetItem(result, 0)), [count], dtype)
+        outputs = [values]
+        for flag, k, exact in ((return_index, 1, True), (return_inverse, 2, False), (return_counts, 3, True)):
+            if bool(flag.value if hasattr(flag, "value") else flag):
+                item = bb.emit(relax.TupleGetItem(result, k))
+                outputs.append(emit_view(bb, item, [count], "int64") if exact else item)
+        return outputs[0] if len(outputs) == 1 else relax.Tuple(outputs)
+
+    def _nms(self, call: relax.Call) -> relax.Expr:
+        bb = self.builder_
+        boxes, scores, max_out, iou, score_threshold = call.args
+        if str(call.attrs.output_format) != "onnx":
+            raise NotImplementedError("shapefn lowers all_class_non_max_suppression with output_format='onnx'")
+        ((upper, three),) = emit_shape(bb, "relax.vision.all_class_non_max_suppression",
+                                       [boxes, scores, max_out, iou, score_threshold], [2], prefix="nms")
+        kernel = self._kernel("shapefn_non_max_suppression", _count_kernels().non_max_suppression())
+        args = [boxes, scores] + [_as_vector(bb, v, d) for v, d in ((max_out, "int64"), (iou, "float32"),
+                                                                       (score_threshold, "float32"))]
+        result = bb.emit(relax.call_tir(kernel, args, [relax.TensorType([upper, three], "int64"),
+                                                       relax.TensorType([1], "int64")]))
+        count_tensor = bb.emit(relax.TupleGetItem(result, 1))
+        count = emit_count(bb, count_tensor, "nms")
+        selected = emit_view(bb, bb.emit(relax.TupleGetItem(result, 0)), [count, three], "int64")
+        # Relax's op returns (selected rows, upper bound; number valid): keep that
+        # contract with the exact rows, so downstream trimming is a no-op.
+        return relax.Tuple([selected, count_tensor])
+
+
+def _as_vector(bb: relax.BlockBuilder, value: relax.Expr, dtype: str) -> relax.Expr:
+    """A scalar operand as a 1-element tensor of ``dtype``."""
+    if isinstance(getattr(value, "ty", None), tvm.ir.PrimType):
+        value = relax.const(value.value, dtype)
+    if _dtype(value) != dtype:
+        value = bb.emit(relax.op.astype(value, dtype))
+    if _ndim(value) == 0:
+        value = bb.emit(relax.op.reshape(value, [1]))
+    return value
+
+
+def lower_dynamic_ops(mod: tvm.IRModule) -> tvm.IRModule:
+    """The module with every data-dependent op lowered through the registry."""
+    return _Lowering(mod).run()

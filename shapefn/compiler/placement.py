@@ -1,0 +1,120 @@
+"""Placement: which tensors live on the host and which on the device.
+
+Tensor compute goes to the device. Small integer work whose inputs are all
+already on the host (``shape_of`` turned into tensors, integer constants, and
+what is computed from them) stays on the host, so that values a shape
+function reads never cross from the device. A value the device produced is
+read back only where a shape function needs it.
+
+Runs on Relax after TVM's ``CallTIRRewrite``: kernels are calls of PrimFuncs
+with explicit output tensors allocated just before.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import tvm
+from tvm import relax
+
+HOST, DEVICE = "host", "device"
+ALLOC_TENSOR = "relax.builtin.alloc_tensor"
+
+
+def key(obj) -> int:
+    """Identity of an IR node (its C handle), usable as a dict key."""
+    return obj.__chandle__()
+
+
+def is_tensor_const(expr) -> bool:
+    """A Relax tensor constant (in TVM 0.27 a GenericConst holding a tensor)."""
+    return isinstance(expr, tvm.ir.GenericConst) and isinstance(expr.ty, relax.TensorType)
+
+
+def is_prim(expr) -> bool:
+    """A scalar PrimExpr used as a Relax value (Relax's PrimValue)."""
+    return isinstance(getattr(expr, "ty", None), tvm.ir.PrimType)
+
+
+def is_integer_tensor(ty) -> bool:
+    if not isinstance(ty, relax.TensorType) or ty.dtype is None:
+        return False
+    dtype = str(ty.dtype)
+    return dtype.startswith("int") or dtype.startswith("uint") or dtype == "bool"
+
+
+@dataclass
+class Placement:
+    """Slot of each tensor-valued var (HOST, DEVICE, or absent if unknown) and
+    of each kernel call binding."""
+
+    slot: dict[int, str] = field(default_factory=dict)
+    kernel_slot: dict[int, str] = field(default_factory=dict)
+    outputs: dict[int, list[relax.Var]] = field(default_factory=dict)  # kernel binding -> output vars
+
+
+def _bindings(expr: relax.Expr):
+    """Every binding of a function body, including those inside If branches,
+    in order."""
+    if isinstance(expr, relax.SeqExpr):
+        for block in expr.blocks:
+            for binding in block.bindings:
+                yield binding
+                value = binding.value
+                if isinstance(value, relax.If):
+                    yield from _bindings(value.true_branch)
+                    yield from _bindings(value.false_branch)
+
+
+def place(func: relax.Function, mod: tvm.IRModule, all_host: bool) -> Placement:
+    p = Placement()
+    for param in func.params:
+        if isinstance(param.ty, relax.TensorType):
+            p.slot[key(param)] = HOST if all_host else DEVICE
+    allocated: set[int] = set()
+    written: set[int] = set()
+    constants: set[int] = set()
+    for binding in _bindings(func.body):
+        var, value = binding.var, binding.value
+        if is_tensor_const(value):
+            constants.add(key(var))
+            continue
+        if isinstance(value, relax.Var):
+            if key(value) in p.slot:
+                p.slot[key(var)] = p.slot[key(value)]
+            if key(value) in constants:
+                constants.add(key(var))
+            continue
+        if isinstance(binding, relax.MatchCast):
+            continue
+        if not isinstance(value, relax.Call):
+            continue
+        op = value.op
+        if isinstance(op, tvm.ir.Op) and op.name == ALLOC_TENSOR:
+            allocated.add(key(var))
+            continue
+        if isinstance(op, relax.ExternFunc) and op.global_symbol == "shapefn.view":
+            source = value.args[0]
+            if key(source) in p.slot:
+                p.slot[key(var)] = p.slot[key(source)]
+            continue
+        is_prim_func = isinstance(op, relax.GlobalVar) and isinstance(mod[op], tvm.tirx.PrimFunc)
+        is_user_kernel = isinstance(op, relax.ExternFunc) and not op.global_symbol.startswith(("shapefn.", "vm."))
+        if not (is_prim_func or is_user_kernel):
+            continue
+        outputs = [a for a in value.args
+                   if isinstance(a, relax.Var) and key(a) in allocated and key(a) not in written]
+        output_keys = {key(o) for o in outputs}
+        inputs = [a for a in value.args if (isinstance(a, relax.Var) or is_tensor_const(a))
+                  and key(a) not in output_keys and isinstance(a.ty, relax.TensorType)]
+        on_host = all_host or (
+            is_prim_func and outputs
+            and all(is_integer_tensor(o.ty) for o in outputs)
+            and all(is_tensor_const(a) or key(a) in constants or p.slot.get(key(a)) == HOST
+                    for a in inputs))
+        slot = HOST if on_host else DEVICE
+        p.kernel_slot[key(binding)] = slot
+        p.outputs[key(binding)] = outputs
+        for o in outputs:
+            written.add(key(o))
+            p.slot[key(o)] = slot
+    return p
