@@ -142,7 +142,8 @@ cdef Value _from_python(object arg, int position) except *:
             raise TypeError(
                 f"argument {position} must be a numpy array, a DLPack tensor or a shapefn.Tensor, "
                 f"got {type(arg).__name__}")
-    arr = np.ascontiguousarray(arg)
+    # (np.ascontiguousarray would turn a 0-d array into a 1-d one.)
+    arr = arg if arg.flags.c_contiguous else np.ascontiguousarray(arg)
     code = _DL_CODES.get(arr.dtype.kind)
     if code is None:
         raise TypeError(f"argument {position} has unsupported dtype {arr.dtype}")

@@ -516,7 +516,7 @@ REJECTIONS = {
     "too many registers": (code(*RET, num_registers=1 << 21), f"function 'main' has {1 << 21} registers"),
     "parameter names an unknown symbol": (code(*RET, symbols=["n"], params=[dict(X_PARAM, dims=[-1, -2])]),
                                           "parameter 'x' names an unknown symbol"),
-    "parameter on an unknown device": (code(*RET, params=[dict(X_PARAM, device=-1)]),
+    "parameter on an unknown device": (code(*RET, params=[dict(X_PARAM, device=-2)]),
                                        "parameter 'x' has an invalid device"),
     "empty kernel name": (program_with(kernel_names=[""]), "kernel name is empty or not UTF-8"),
     "empty shape function name": (program_with(shape_funcs=[""]), "shape function name is empty or not UTF-8"),

@@ -216,6 +216,9 @@ class _FunctionCodegen:
                 self._bind_sizes(ty.shape.values, reg, True)
             elif isinstance(ty, relax.ShapeType) and ty.values is not None:
                 self._bind_sizes(ty.values, reg, False)
+                if all(isinstance(v, tirx.Var) for v in ty.values):
+                    # The same shape, asked for later, is this register.
+                    self.scope.put(("shape", tuple(key(v) for v in ty.values)), reg)
             return
         if is_tensor_const(value):
             self.consts[key(var)] = value

@@ -1,0 +1,182 @@
+"""shapefn.compile on Relax modules, against TVM's own Relax VM on CPU."""
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import relax as R
+from tvm.script import tirx as T
+
+import shapefn
+
+
+def relax_reference(mod):
+    """TVM's Relax VM on CPU, as a callable on numpy arrays."""
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+
+    def run(*args):
+        out = vm["main"](*[tvm.runtime.tensor(a) for a in args])
+        return _numpy(out)
+
+    return run
+
+
+def _numpy(value):
+    if isinstance(value, (tuple, list)) or type(value).__name__ == "Array":
+        return tuple(_numpy(v) for v in value)
+    if hasattr(value, "numpy"):
+        return value.numpy()
+    return np.asarray(value)
+
+
+def assert_same(got, want):
+    got, want = _numpy(got), _numpy(want)
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_same(g, w)
+        return
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def mlp(batch):
+    """The 1024-512-256-128 dense + bias MLP; ``batch`` an int or a symbolic var."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([batch, 1024], "float32"))
+    rng = np.random.default_rng(0)
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = x
+            for a, b in [(1024, 512), (512, 256), (256, 128)]:
+                w = relax.const((rng.standard_normal((a, b)) * 0.03).astype("float32"))
+                bias = relax.const(rng.standard_normal(b).astype("float32"))
+                h = bb.emit(relax.op.add(relax.op.matmul(h, w), bias))
+            out = bb.emit_output(h)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_dynamic_mlp_matches_static_and_relax(sim):
+    dynamic = mlp(tvm.tirx.Var("n", "int64"))
+    vm = shapefn.VirtualMachine(shapefn.compile(dynamic, "sim"), sim)
+    reference = relax_reference(dynamic)
+    counts = {}
+    for n in (1, 7, 64):
+        x = np.random.default_rng(n).standard_normal((n, 1024)).astype("float32")
+        static = mlp(n)
+        static_vm = shapefn.VirtualMachine(shapefn.compile(static, "sim"), sim)
+        vm.reset_counters()
+        got = vm(x)
+        assert_same(got, reference(x))
+        assert_same(static_vm(x), got)
+        counts[n] = (vm.counters["instructions"], static_vm.counters["instructions"])
+    for dyn, stat in counts.values():
+        assert dyn <= 1.2 * stat, counts
+
+
+@tvm.script.ir_module
+class SliceFromShapeArithmetic:
+    @R.function
+    def main(x: R.Tensor(("n", "m"), "float32")):
+        s = R.shape_to_tensor(R.shape_of(x))
+        half = R.floor_divide(s, R.const(2, "int64"))
+        ones = R.ones(R.shape([2]), "int64")
+        return R.dynamic_strided_slice(x, half, s, ones)
+
+
+@pytest.mark.parametrize("shape", [(4, 6), (5, 3), (1, 1)])
+def test_slice_bounds_from_shape_arithmetic_never_leave_the_host(sim, shape):
+    vm = shapefn.VirtualMachine(shapefn.compile(SliceFromShapeArithmetic, "sim"), sim)
+    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    assert_same(vm(x), relax_reference(SliceFromShapeArithmetic)(x))
+    assert vm.counters["d2h_bytes"] == 0 and vm.counters["syncs"] == 0
+
+
+@tvm.script.ir_module
+class SliceFromDeviceBounds:
+    @R.function
+    def main(x: R.Tensor(("n", "m"), "float32"), offset: R.Tensor((2,), "int64")):
+        begin = R.add(offset, R.const(1, "int64"))  # computed on the device
+        end = R.shape_to_tensor(R.shape_of(x))
+        strides = R.ones(R.shape([2]), "int64")
+        return R.dynamic_strided_slice(x, begin, end, strides)
+
+
+@pytest.mark.parametrize("offset", [[0, 1], [2, -3], [-9, 7]])
+def test_slice_bounds_from_the_device_copy_only_the_bounds(sim, offset):
+    exe = shapefn.compile(SliceFromDeviceBounds, "sim")
+    x = np.random.default_rng(1).standard_normal((5, 6)).astype("float32")
+    off = np.array(offset, np.int64)
+    want = relax_reference(SliceFromDeviceBounds)(x, off)
+    per_input = shapefn.VirtualMachine(exe, sim)
+    assert_same(per_input(x, off), want)
+    assert per_input.counters["d2h_bytes"] == off.nbytes  # begin: 2 x int64
+    assert per_input.counters["syncs"] == 1
+    per_op = shapefn.VirtualMachine(exe, sim, dependence="per-op")
+    assert_same(per_op(x, off), want)
+    assert per_op.counters["d2h_bytes"] == x.nbytes + off.nbytes  # the sliced tensor, whole
+    assert shapefn.VirtualMachine(shapefn.compile(SliceFromDeviceBounds, "sim", dependence="per-op"),
+                                  sim).dependence == "per-op"
+
+
+@tvm.script.ir_module
+class ControlFlow:
+    @R.function
+    def helper(x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")):
+        return R.multiply(x, y)
+
+    @R.function
+    def main(x: R.Tensor(("n",), "float32"), flag: R.Tensor((), "bool")):
+        cls = ControlFlow
+        if flag:
+            r = R.nn.relu(x)
+        else:
+            r = cls.helper(x, x)
+        return (r, R.shape_of(x), x)
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_if_tuples_and_calls(sim, flag):
+    vm = shapefn.VirtualMachine(shapefn.compile(ControlFlow, "sim"), sim)
+    x = np.array([-1.5, 2.0, 3.0], np.float32)
+    cond = np.array(flag)
+    r, shape, same = vm(x, cond)
+    np.testing.assert_array_equal(r.numpy(), np.maximum(x, 0) if flag else x * x)
+    assert shape == x.shape
+    np.testing.assert_array_equal(same.numpy(), x)
+    assert vm.counters["d2h_bytes"] == 1  # the condition, to decide the branch
+
+
+def test_compiled_executable_saves_and_loads(sim, tmp_path):
+    exe = shapefn.compile(SliceFromDeviceBounds, "sim")
+    exe.save(tmp_path / "slice.sfx")
+    loaded = shapefn.Executable.load(tmp_path / "slice.sfx")
+    x = np.arange(30, dtype=np.float32).reshape(5, 6)
+    off = np.array([1, 2], np.int64)
+    assert_same(shapefn.VirtualMachine(loaded, sim)(x, off), shapefn.VirtualMachine(exe, sim)(x, off))
+
+
+def test_constants_are_uploaded_once(sim):
+    vm = shapefn.VirtualMachine(shapefn.compile(mlp(2), "sim"), sim)
+    weights = (1024 * 512 + 512 + 512 * 256 + 256 + 256 * 128 + 128) * 4
+    assert vm.constant_counters["h2d_bytes"] == weights
+    x = np.ones((2, 1024), np.float32)
+    vm(x)
+    vm(x)
+    assert vm.counters["h2d_bytes"] == 2 * x.nbytes
+
+
+def test_host_device_runs_without_transfers():
+    vm = shapefn.VirtualMachine(shapefn.compile(SliceFromDeviceBounds, "host"), "host")
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    off = np.array([0, 1], np.int64)
+    assert_same(vm(x, off), relax_reference(SliceFromDeviceBounds)(x, off))
+    c = vm.counters
+    assert c["d2h_bytes"] == c["h2d_bytes"] == c["syncs"] == 0
+
+
+def test_compile_rejects_bad_arguments():
+    with pytest.raises(TypeError, match="IRModule"):
+        shapefn.compile("not a module")
+    with pytest.raises(ValueError, match="dependence"):
+        shapefn.compile(SliceFromDeviceBounds, dependence="sometimes")
