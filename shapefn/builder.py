@@ -183,7 +183,9 @@ class ProgramBuilder:
         return fb
 
     def constant(self, value, device: str = "device") -> int:
-        arr = np.ascontiguousarray(value)
+        arr = np.asarray(value)
+        if not arr.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
+            arr = arr.copy(order="C")
         self._constants.append({"dtype": str(arr.dtype), "shape": list(arr.shape),
                                 "device": _DEVICES[device], "data": arr.tobytes()})
         return len(self._constants) - 1
