@@ -180,3 +180,59 @@ def test_compile_rejects_bad_arguments():
         shapefn.compile("not a module")
     with pytest.raises(ValueError, match="dependence"):
         shapefn.compile(SliceFromDeviceBounds, dependence="sometimes")
+
+
+@pytest.fixture(scope="module")
+def first_rows_op():
+    """A user kernel registered with tvm-ffi ("test.first_rows": the first k
+    rows of data, doubled) and its TE shape function, mask [False, True]."""
+    import tvm_ffi
+    from tvm import te
+
+    n, m, k = (te.var(v, "int64") for v in "nmk")
+    data = te.placeholder((n, m), "float32", name="data")
+    count = te.placeholder((1,), "int64", name="k")
+    out = te.compute((k, m), lambda i, j: data[i, j] * 2, name="out")
+    lib = tvm.compile(te.create_prim_func([data, count, out]).with_attr("global_symbol", "first_rows"),
+                      target="llvm")
+    tvm_ffi.register_global_func("test.first_rows", lib["first_rows"], override=True)
+
+    @shapefn.register_shape_func("test.first_rows", [False, True], override=True)
+    def first_rows_shape(data, k):
+        return [k[0], data.shape[1]]
+
+    return lib
+
+
+def test_user_extern_op_gets_only_the_values_its_mask_names(first_rows_op, sim):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([tvm.tirx.Var("n", "int64"), 8], "float32"))
+    k = relax.Var("k", relax.TensorType([1], "int64"))
+    with bb.function("main", [x, k]):
+        bb.emit_func_output(shapefn.emit_extern(bb, "test.first_rows", [x, k], out_ndim=2, out_dtype="float32"))
+    vm = shapefn.VirtualMachine(shapefn.compile(bb.get(), "sim"), sim)
+    data = np.random.default_rng(0).standard_normal((10, 8)).astype(np.float32)
+    for count in (3, 0, 10):
+        vm.reset_counters()
+        np.testing.assert_array_equal(vm(data, np.array([count], np.int64)).numpy(), data[:count] * 2)
+        # k's 8 bytes cross; the data tensor never does.
+        assert vm.counters["d2h_bytes"] == 8 and vm.counters["d2h_copies"] == 1
+
+
+@tvm.script.ir_module
+class HandWrittenExtern:
+    @R.function
+    def main(x: R.Tensor(("n", 8), "float32"), k: R.Tensor((1,), "int64")):
+        rows = T.int64()
+        cols = T.int64()
+        shape = R.call_pure_packed("shapefn.shape_func", R.str("test.first_rows"), R.shape([]), x, k,
+                                   ty_args=R.Shape(ndim=2))
+        _ = R.match_cast(shape, R.Shape([rows, cols]))
+        return R.call_dps_packed("test.first_rows", (x, k), out_ty=R.Tensor((rows, cols), "float32"))
+
+
+def test_extern_op_written_in_tvmscript(first_rows_op, sim):
+    vm = shapefn.VirtualMachine(shapefn.compile(HandWrittenExtern, "sim"), sim)
+    data = np.arange(24, dtype=np.float32).reshape(3, 8)
+    np.testing.assert_array_equal(vm(data, np.array([2], np.int64)).numpy(), data[:2] * 2)
+    assert vm.counters["d2h_bytes"] == 8
