@@ -30,7 +30,11 @@ def nonzero(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
     """
     shape = _sizes("n", ndim)
     upper = tirx.Var("upper", "int64")
-    zero = tirx.const(0, dtype)
+
+    def is_nonzero(value):
+        # A bool tested with != becomes an LLVM fcmp on i1 (invalid IR).
+        return value if dtype == "bool" else value != tirx.const(0, dtype)
+
     with IRBuilder() as ib, T.prim_func():
         T.func_name("nonzero")
         data = _arg("data", shape, dtype)
@@ -40,13 +44,13 @@ def nonzero(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
             flat = _flat_view(out, ndim * upper, "int64")
             total = _local("int64", 0)
             with _loops(shape) as idx:
-                with T.If(data[tuple(idx)] != zero):
+                with T.If(is_nonzero(data[tuple(idx)])):
                     with T.Then():
                         total[0] = total[0] + 1
             count[0] = total[0]
             j = _local("int64", 0)
             with _loops(shape) as idx:
-                with T.If(data[tuple(idx)] != zero):
+                with T.If(is_nonzero(data[tuple(idx)])):
                     with T.Then():
                         for r, i in enumerate(idx):
                             flat[r * total[0] + j[0]] = i
@@ -78,7 +82,7 @@ def unique(dtype: str = "float32", ndim: int = 1) -> tirx.PrimFunc:
     and ``counts`` are upper-bound buffers of length ``upper >= numel`` written
     at the front; ``inverse`` has length numel; count int64 ``[1]``.
     Sorted insertion (binary search, then a shift): O(n log u + n * u) for n
-    elements and u unique values, serial. NaNs are not supported.
+    elements and u unique values, serial. Numeric dtypes; NaNs are not supported.
     """
     shape = _sizes("n", ndim)
     numel = math.prod(shape) if ndim else _i64(1)

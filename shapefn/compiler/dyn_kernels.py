@@ -140,7 +140,7 @@ _METHODS = {"nearest": "nearest", "nearest_neighbor": "nearest", "linear": "line
             "bilinear": "linear", "cubic": "cubic"}
 _COORDINATE_MODES = ("half_pixel", "asymmetric", "pytorch_half_pixel", "tf_half_pixel_for_nn",
                      "align_corners")
-_ROUNDING = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+_ROUNDING = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "round")
 
 
 def _f32(value):
@@ -186,8 +186,10 @@ def _nearest_index(coord, in_len, rounding: str):
         index = tirx.Select(is_half, tirx.ceil(coord), tirx.round(coord))
     elif rounding == "floor":
         index = tirx.floor(coord)
-    else:
+    elif rounding == "ceil":
         index = tirx.ceil(coord)
+    else:  # "round", Relax's default: half to even
+        index = tirx.round(coord)
     return tirx.min(tirx.max(tirx.Cast("int64", index), _i64(0)), in_len - 1)
 
 
@@ -226,23 +228,8 @@ def _cubic_taps(coord, in_len, alpha: float, exclude_outside: bool):
     return list(zip(clamped, weights, strict=True))
 
 
-def resize2d(layout: str = "NCHW", method: str = "nearest",
-             coordinate_transformation_mode: str = "half_pixel",
-             rounding_method: str = "round_prefer_floor", cubic_alpha: float = -0.75,
-             cubic_exclude: int = 0, extrapolation_value: float = 0.0,
-             dtype: str = "float32") -> tirx.PrimFunc:
-    """ONNX Resize of a 4-D tensor to ``out``'s spatial size: ``(data, out)``.
-
-    Attributes take ONNX names and defaults (``method`` "nearest" / "linear" /
-    "cubic", ``rounding_method`` is ONNX ``nearest_mode``). The arithmetic
-    follows onnxruntime's float32 formulas rather than
-    ``topi.image.resize2d``, which multiplies by the inverse scale (a
-    different nearest pixel at some sizes) and, with symbolic sizes, fails to
-    build for linear/cubic with align_corners or asymmetric (NOTES).
-    ``extrapolation_value`` only matters for ``tf_crop_and_resize``, which
-    needs a runtime ROI and is not supported.
-    """
-    del extrapolation_value
+def _check_resize(layout: str, method: str, coordinate_transformation_mode: str,
+                  rounding_method: str) -> None:
     if layout not in ("NCHW", "NHWC"):
         raise ValueError(f"resize2d: unsupported layout {layout!r}")
     if method not in _METHODS:
@@ -252,11 +239,16 @@ def resize2d(layout: str = "NCHW", method: str = "nearest",
                          f"{coordinate_transformation_mode!r}")
     if rounding_method not in _ROUNDING:
         raise ValueError(f"resize2d: unsupported rounding_method {rounding_method!r}")
+
+
+def _resize2d_te(data: te.Tensor, size: Sequence, layout: str, method: str,
+                 coordinate_transformation_mode: str, rounding_method: str, cubic_alpha: float,
+                 cubic_exclude: int, dtype: str) -> te.Tensor:
+    """Resize of ``data`` to spatial ``size`` (height, width) as a TE compute."""
     method = _METHODS[method]
-    data = te.placeholder(_sizes("n", 4), dtype, name="data")
     h_axis, w_axis = (2, 3) if layout == "NCHW" else (1, 2)
     out_shape = list(data.shape)
-    out_shape[h_axis], out_shape[w_axis] = te.var("oh", "int64"), te.var("ow", "int64")
+    out_shape[h_axis], out_shape[w_axis] = size
 
     def taps(idx, axis):
         coord = _source_coordinate(idx[axis], data.shape[axis], out_shape[axis],
@@ -276,14 +268,76 @@ def resize2d(layout: str = "NCHW", method: str = "nearest",
                 src[h_axis], src[w_axis] = y, x
                 value = data[tuple(src)]
                 if wx is None:
-                    return value
+                    return tirx.Cast(dtype, value)
                 term = wx * _f32(value)
                 row = term if row is None else row + term
             total = row * wy if total is None else total + row * wy
         return tirx.Cast(dtype, total)
 
-    out = te.compute(out_shape, compute, name="out")
+    return te.compute(out_shape, compute, name="resize2d")
+
+
+def resize2d(layout: str = "NCHW", method: str = "nearest",
+             coordinate_transformation_mode: str = "half_pixel",
+             rounding_method: str = "round_prefer_floor", cubic_alpha: float = -0.75,
+             cubic_exclude: int = 0, extrapolation_value: float = 0.0,
+             dtype: str = "float32") -> tirx.PrimFunc:
+    """ONNX Resize of a 4-D tensor to ``out``'s spatial size: ``(data, out)``.
+
+    Attributes take ONNX names and defaults (``method`` "nearest" / "linear" /
+    "cubic", ``rounding_method`` is ONNX ``nearest_mode``, or "round" for
+    TIR's round-half-to-even as Relax's default). The arithmetic follows
+    onnxruntime's float32 formulas rather than ``topi.image.resize2d``, which
+    multiplies by the inverse scale (a different nearest pixel at some sizes)
+    and, with symbolic sizes, fails to build for linear/cubic with
+    align_corners or asymmetric. ``extrapolation_value`` only matters for
+    ``tf_crop_and_resize``, which needs a runtime ROI and is not supported.
+    """
+    del extrapolation_value
+    _check_resize(layout, method, coordinate_transformation_mode, rounding_method)
+    data = te.placeholder(_sizes("n", 4), dtype, name="data")
+    out = _resize2d_te(data, (te.var("oh", "int64"), te.var("ow", "int64")), layout, method,
+                       coordinate_transformation_mode, rounding_method, cubic_alpha,
+                       cubic_exclude, dtype)
     return te.create_prim_func([data, out]).with_attr("global_symbol", "resize2d")
+
+
+def _shape_values(bb: relax.BlockBuilder, shape: relax.Expr):
+    """The PrimExprs of a Relax shape argument, or None when only its rank is known."""
+    if isinstance(shape, relax.Var):
+        bound = bb.lookup_binding(shape)
+        shape = bound if isinstance(bound, relax.ShapeExpr) else shape
+    if isinstance(shape, relax.ShapeExpr):
+        return list(shape.values)
+    values = getattr(shape.ty, "values", None)
+    return None if values is None else list(values)
+
+
+def _default_legalization(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    return ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+
+
+def legalize_resize2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """Legalization of ``relax.image.resize2d`` through ``resize2d``'s
+    computation (for ``LegalizeOps(customize_legalize_map=...)``); falls back
+    to TVM's for what it does not cover (tf_crop_and_resize, packed layouts).
+    Relax's ``rounding_method=""`` is read as TVM does: "round" with
+    align_corners, else "floor"."""
+    attrs = call.attrs
+    mode = str(attrs.coordinate_transformation_mode)
+    rounding = str(attrs.rounding_method) or ("round" if mode == "align_corners" else "floor")
+    size = _shape_values(bb, call.args[1])
+    try:
+        _check_resize(str(attrs.layout), str(attrs.method), mode, rounding)
+    except ValueError:
+        size = None
+    if size is None:
+        return _default_legalization(bb, call)
+    dtype = str(attrs.out_dtype) if attrs.out_dtype is not None else str(call.args[0].ty.dtype)
+    size = [v if str(v.ty.dtype) == "int64" else tirx.Cast("int64", v) for v in size]
+    return bb.call_te(_resize2d_te, call.args[0], size, str(attrs.layout), str(attrs.method), mode,
+                      rounding, float(attrs.cubic_alpha), int(attrs.cubic_exclude), dtype,
+                      primfunc_name_hint="resize2d")
 
 
 # --------------------------------------------------------------------------- pad
@@ -331,7 +385,7 @@ def pad(ndim: int, dtype: str = "float32", mode: str = "constant") -> tirx.PrimF
 def _broadcast_to_te(data: te.Tensor, shape: Sequence) -> te.Tensor:
     """``broadcast_to`` that broadcasts a symbolic source dimension equal to 1
     at run time (``topi.broadcast_to`` only broadcasts a literal 1)."""
-    shape = [tirx.Cast("int64", s) if s.dtype != "int64" else s for s in shape]
+    shape = [s if str(s.ty.dtype) == "int64" else tirx.Cast("int64", s) for s in shape]
     lead = len(shape) - len(data.shape)
     if lead < 0:
         raise ValueError(f"broadcast_to: rank {len(shape)} < input rank {len(data.shape)}")
@@ -342,11 +396,11 @@ def _broadcast_to_te(data: te.Tensor, shape: Sequence) -> te.Tensor:
         for j, d in enumerate(data.shape):
             i = idx[lead + j]
             if isinstance(d, tirx.IntImm):
-                src.append(tirx.const(0, i.dtype) if d.value == 1 else i)
+                src.append(_i64(0) if d.value == 1 else i)
             elif analyzer.can_prove_equal(d, shape[lead + j]):
                 src.append(i)
             else:
-                src.append(tirx.if_then_else(d == 1, tirx.const(0, i.dtype), i))
+                src.append(tirx.Select(d == 1, _i64(0), i))
         return data[tuple(src)]
 
     return te.compute(shape, compute, name="broadcast_to")
@@ -355,16 +409,7 @@ def _broadcast_to_te(data: te.Tensor, shape: Sequence) -> te.Tensor:
 def legalize_broadcast_to(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     """Legalization of ``relax.broadcast_to`` for
     ``LegalizeOps(customize_legalize_map={"relax.broadcast_to": ...})``."""
-    shape = call.args[1]
-    if isinstance(shape, relax.Var):
-        bound = bb.lookup_binding(shape)
-        shape = bound if isinstance(bound, relax.ShapeExpr) else shape
-    if isinstance(shape, relax.ShapeExpr):
-        values = list(shape.values)
-    else:
-        values = getattr(shape.ty, "values", None)
+    values = _shape_values(bb, call.args[1])
     if values is None:  # rank-only target shape: nothing better than the default
-        default = ir.Op.get("relax.broadcast_to").get_attr("FLegalize")
-        return default(bb, call)
-    return bb.call_te(_broadcast_to_te, call.args[0], list(values),
-                      primfunc_name_hint="broadcast_to")
+        return _default_legalization(bb, call)
+    return bb.call_te(_broadcast_to_te, call.args[0], values, primfunc_name_hint="broadcast_to")

@@ -13,16 +13,11 @@ import tvm
 from tvm import relax
 
 from .. import kernels
+from . import count_kernels
 from .shape_calls import emit_count, emit_shape, emit_view
 
 _FROM_TENSOR_TO_SHAPE = {"relax.reshape", "relax.full", "relax.zeros", "relax.ones", "relax.broadcast_to",
                          "relax.image.resize2d"}
-
-
-def _count_kernels():
-    from . import count_kernels
-
-    return count_kernels
 
 
 def _dtype(expr: relax.Expr) -> str:
@@ -128,7 +123,7 @@ class _Lowering(relax.PyExprMutator):
         (data,) = call.args
         ndim, dtype = _ndim(data), _dtype(data)
         ((rows, upper),) = emit_shape(bb, "relax.nonzero", [data], [2], prefix="nonzero")
-        kernel = self._kernel(f"shapefn_nonzero_{ndim}d_{dtype}", _count_kernels().nonzero(ndim, dtype))
+        kernel = self._kernel(f"shapefn_nonzero_{ndim}d_{dtype}", count_kernels.nonzero(ndim, dtype))
         result = bb.emit(relax.call_tir(kernel, [data], [relax.TensorType([rows, upper], "int64"),
                                                          relax.TensorType([1], "int64")]))
         count = emit_count(bb, bb.emit(relax.TupleGetItem(result, 1)), "nonzero")
@@ -142,7 +137,8 @@ class _Lowering(relax.PyExprMutator):
         dtype = _dtype(data)
         shapes = emit_shape(bb, "relax.unique", [data], [1, 1, 1, 1], prefix="unique")
         (upper,), (numel,) = shapes[0], shapes[2]
-        kernel = self._kernel(f"shapefn_unique_{dtype}", _count_kernels().unique(dtype))
+        ndim = _ndim(data)
+        kernel = self._kernel(f"shapefn_unique_{ndim}d_{dtype}", count_kernels.unique(dtype, ndim=ndim))
         result = bb.emit(relax.call_tir(kernel, [data], [
             relax.TensorType([upper], dtype), relax.TensorType([upper], "int64"),
             relax.TensorType([numel], "int64"), relax.TensorType([upper], "int64"),
@@ -163,7 +159,7 @@ class _Lowering(relax.PyExprMutator):
             raise NotImplementedError("shapefn lowers all_class_non_max_suppression with output_format='onnx'")
         ((upper, three),) = emit_shape(bb, "relax.vision.all_class_non_max_suppression",
                                        [boxes, scores, max_out, iou, score_threshold], [2], prefix="nms")
-        kernel = self._kernel("shapefn_non_max_suppression", _count_kernels().non_max_suppression())
+        kernel = self._kernel("shapefn_non_max_suppression", count_kernels.non_max_suppression())
         args = [boxes, scores] + [_as_vector(bb, v, d) for v, d in ((max_out, "int64"), (iou, "float32"),
                                                                        (score_threshold, "float32"))]
         result = bb.emit(relax.call_tir(kernel, args, [relax.TensorType([upper, three], "int64"),
