@@ -5,7 +5,7 @@ host only the values a shape function reads, never whole data tensors.
 """
 import tvm_ffi as _tvm_ffi  # noqa: F401  (loads libtvm_ffi before the extensions)
 
-from . import _core
+from . import _core, ops
 from .builder import Label, Param, ProgramBuilder, Reg
 from .compiler import compile, emit_extern
 from .config import cache_dir, set_cache_dir

@@ -37,8 +37,6 @@ class _Lowering(relax.PyExprMutator):
         super().__init__(mod)
         self._mod = mod
         self._kernels: dict[str, relax.GlobalVar] = {}
-        # Vars bound to R.tensor_to_shape(t): the tensor t whose value they hold.
-        self._shape_sources: dict[relax.Var, relax.Expr] = {}
 
     def run(self) -> tvm.IRModule:
         for gv, func in self._mod.functions.items():
@@ -51,14 +49,15 @@ class _Lowering(relax.PyExprMutator):
             self._kernels[name] = self.builder_.add_func(func, name)
         return self._kernels[name]
 
-    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
-        super().visit_var_binding_(binding)
-        value = binding.value
-        if isinstance(value, relax.Call) and getattr(value.op, "name", None) == "relax.tensor_to_shape":
-            self._shape_sources[self.get_var_remap(binding.var.vid)] = self.visit_expr(value.args[0])
-
     def _source(self, shape: relax.Expr) -> relax.Expr | None:
-        return self._shape_sources.get(shape) if isinstance(shape, relax.Var) else None
+        """The tensor whose value ``shape`` holds, if it is bound to
+        ``R.tensor_to_shape(tensor)``."""
+        if not isinstance(shape, relax.Var):
+            return None
+        value = self.lookup_binding(shape)
+        if isinstance(value, relax.Call) and getattr(value.op, "name", None) == "relax.tensor_to_shape":
+            return value.args[0]
+        return None
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)

@@ -1,0 +1,277 @@
+"""Each data-dependent op through shapefn.compile, at several shapes and
+values from one compilation (zero-size results included), on a strict sim.
+References: TVM's Relax VM where Relax expresses the op, else numpy or
+onnxruntime. Counters show what crossed: values a shape function reads,
+counts of count-sized ops — never data."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import tvm
+from onnx import TensorProto, helper
+from tvm import relax, tirx
+
+import shapefn
+from shapefn import ops
+
+
+def build(params, body):
+    """A module ``main(*params)`` whose body ``body(bb, *vars)`` returns the output."""
+    bb = relax.BlockBuilder()
+    vars_ = [relax.Var(name, relax.TensorType(shape, dtype)) for name, shape, dtype in params]
+    with bb.function("main", vars_):
+        bb.emit_func_output(body(bb, *vars_))
+    return bb.get()
+
+
+def sym(name):
+    return tirx.Var(name, "int64")
+
+
+def run(mod, *args, sim):
+    vm = shapefn.VirtualMachine(shapefn.compile(mod, "sim"), sim)
+    return vm, vm(*args)
+
+
+def relax_vm(mod):
+    return relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+
+
+# -- ops whose shape comes from a tensor value (tensor_to_shape) -------------
+
+@pytest.fixture(scope="module")
+def reshape_vm():
+    mod = build([("x", [sym("n"), 6], "float32"), ("s", [3], "int64")],
+                lambda bb, x, s: relax.op.reshape(x, bb.emit(relax.op.tensor_to_shape(s))))
+    return shapefn.compile(mod, "sim")
+
+
+@pytest.mark.parametrize("n, target", [(2, [3, -1, 2]), (4, [0, 3, -1]), (0, [0, 5, 2]), (3, [1, 1, 18])])
+def test_reshape_to_a_runtime_shape(reshape_vm, sim, n, target):
+    vm = shapefn.VirtualMachine(reshape_vm, sim)
+    x = np.arange(n * 6, dtype=np.float32).reshape(n, 6)
+    s = np.array(target, np.int64)
+    # ONNX rules: -1 inferred, 0 copies the input dimension.
+    want = x.reshape([x.shape[i] if d == 0 and i < x.ndim else d for i, d in enumerate(target)])
+    np.testing.assert_array_equal(vm(x, s).numpy(), want)
+    assert vm.counters["d2h_bytes"] == s.nbytes  # the target shape only
+
+
+@pytest.fixture(scope="module")
+def broadcast_exe():
+    mod = build([("x", [sym("a"), sym("b")], "float32"), ("s", [3], "int64")],
+                lambda bb, x, s: relax.op.broadcast_to(x, bb.emit(relax.op.tensor_to_shape(s))))
+    return shapefn.compile(mod, "sim")
+
+
+@pytest.mark.parametrize("shape, target", [((1, 3), [2, 4, 3]), ((4, 1), [2, 4, 5]), ((1, 1), [0, 2, 2]),
+                                           ((3, 2), [1, 3, 2])])
+def test_broadcast_to_a_runtime_shape(broadcast_exe, sim, shape, target):
+    vm = shapefn.VirtualMachine(broadcast_exe, sim)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    np.testing.assert_array_equal(vm(x, np.array(target, np.int64)).numpy(), np.broadcast_to(x, target))
+
+
+@pytest.mark.parametrize("target", [[2, 3], [0, 4], [1, 1]])
+def test_full_zeros_ones_of_a_runtime_shape(sim, target):
+    mod = build([("v", [], "float32"), ("s", [2], "int64")], lambda bb, v, s: relax.Tuple([
+        relax.op.full(bb.emit(relax.op.tensor_to_shape(s)), v),
+        relax.op.zeros(bb.emit(relax.op.tensor_to_shape(s)), "int32"),
+        relax.op.ones(bb.emit(relax.op.tensor_to_shape(s)), "float32")]))
+    vm, (full, zeros, ones) = run(mod, np.array(2.5, np.float32), np.array(target, np.int64), sim=sim)
+    np.testing.assert_array_equal(full.numpy(), np.full(target, 2.5, np.float32))
+    np.testing.assert_array_equal(zeros.numpy(), np.zeros(target, np.int32))
+    np.testing.assert_array_equal(ones.numpy(), np.ones(target, np.float32))
+
+
+# -- Relax's own data-dependent ops, against TVM's Relax VM --------------------
+
+@pytest.fixture(scope="module")
+def slice_module():
+    return build([("x", [sym("n"), sym("m")], "float32"), ("b", [2], "int64"), ("e", [2], "int64"),
+                  ("s", [2], "int64")],
+                 lambda bb, x, b, e, s: relax.op.dynamic_strided_slice(x, b, e, s))
+
+
+@pytest.mark.parametrize("shape, begin, end, strides", [
+    ((5, 6), [1, 0], [4, 6], [1, 2]),
+    ((4, 3), [-1, 2], [-5, -4], [-1, -1]),
+    ((3, 3), [2, 0], [2, 3], [1, 1]),      # empty
+    ((6, 2), [0, 0], [100, 100], [3, 1]),  # clipped
+])
+def test_dynamic_strided_slice(slice_module, sim, shape, begin, end, strides):
+    exe = shapefn.compile(slice_module, "sim")
+    vm = shapefn.VirtualMachine(exe, sim)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    args = [np.array(v, np.int64) for v in (begin, end, strides)]
+    got = vm(x, *args).numpy()
+    want = relax_vm(slice_module)["main"](*[tvm.runtime.tensor(a) for a in (x, *args)]).numpy()
+    np.testing.assert_array_equal(got, want)
+    assert vm.counters["d2h_bytes"] == 3 * 16  # begin, end, strides — never x
+
+
+@pytest.fixture(scope="module")
+def nonzero_exe():
+    mod = build([("x", [sym("n"), sym("m")], "float32")], lambda bb, x: relax.op.nonzero(x))
+    return shapefn.compile(mod, "sim"), mod
+
+
+@pytest.mark.parametrize("x", [np.array([[0, 1.5, 0], [2, 0, 3]], np.float32), np.zeros((2, 2), np.float32),
+                               np.ones((1, 4), np.float32), np.zeros((0, 3), np.float32)])
+def test_nonzero_reads_back_only_its_count(nonzero_exe, sim, x):
+    exe, mod = nonzero_exe
+    vm = shapefn.VirtualMachine(exe, sim)
+    got = vm(x).numpy()
+    np.testing.assert_array_equal(got, np.stack(np.nonzero(x)))
+    if x.size:
+        np.testing.assert_array_equal(got, relax_vm(mod)["main"](tvm.runtime.tensor(x)).numpy())
+    assert vm.counters["d2h_bytes"] == 8 and vm.counters["syncs"] == 1
+
+
+@pytest.fixture(scope="module")
+def unique_exe():
+    mod = build([("x", [sym("n")], "float32")], lambda bb, x: relax.op.unique(
+        x, sorted=True, return_index=True, return_inverse=True, return_counts=True))
+    return shapefn.compile(mod, "sim")
+
+
+@pytest.mark.parametrize("x", [np.array([3, 1, 3, 2, 1, 1], np.float32), np.array([5], np.float32),
+                               np.array([], np.float32), np.array([2, 2, 2], np.float32)])
+def test_unique_reads_back_only_its_count(unique_exe, sim, x):
+    vm = shapefn.VirtualMachine(unique_exe, sim)
+    values, index, inverse, counts = vm(x)
+    want = np.unique(x, return_index=True, return_inverse=True, return_counts=True)
+    for got, w in zip((values, index, inverse, counts), want):
+        np.testing.assert_array_equal(got.numpy(), w)
+    assert vm.counters["d2h_bytes"] == 8
+
+
+def onnx_nms_reference(boxes, scores, max_out, iou, score_threshold):
+    graph = helper.make_graph(
+        [helper.make_node("NonMaxSuppression", ["b", "s", "m", "i", "t"], ["y"])], "nms",
+        [helper.make_tensor_value_info("b", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("m", TensorProto.INT64, None),
+         helper.make_tensor_value_info("i", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("t", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"b": boxes, "s": scores, "m": max_out, "i": iou, "t": score_threshold})[0]
+
+
+@pytest.fixture(scope="module")
+def nms_exe():
+    def body(bb, boxes, scores, max_out, iou, threshold):
+        result = bb.emit(relax.op.vision.all_class_non_max_suppression(
+            boxes, scores, max_out, iou, threshold, output_format="onnx"))
+        return bb.emit(relax.TupleGetItem(result, 0))
+
+    mod = build([("boxes", [1, sym("n"), 4], "float32"), ("scores", [1, sym("c"), sym("n")], "float32"),
+                 ("max_out", [1], "int64"), ("iou", [1], "float32"), ("threshold", [1], "float32")], body)
+    return shapefn.compile(mod, "sim")
+
+
+@pytest.mark.parametrize("n, c, max_out, threshold", [(12, 2, 3, 0.2), (7, 3, 10, 0.0), (5, 1, 0, 0.0),
+                                                      (6, 2, 4, 2.0)])
+def test_non_max_suppression_reads_back_only_values_and_count(nms_exe, sim, n, c, max_out, threshold):
+    rng = np.random.default_rng(n)
+    corners = rng.uniform(0, 10, (1, n, 2)).astype(np.float32)
+    boxes = np.concatenate([corners, corners + rng.uniform(1, 5, (1, n, 2)).astype(np.float32)], axis=2)
+    scores = rng.uniform(0, 1, (1, c, n)).astype(np.float32)
+    args = (boxes, scores, np.array([max_out], np.int64), np.array([0.5], np.float32),
+            np.array([threshold], np.float32))
+    vm = shapefn.VirtualMachine(nms_exe, sim)
+    np.testing.assert_array_equal(vm(*args).numpy(), onnx_nms_reference(*args))
+    # max_output_boxes_per_class (its value bounds the output) and the count.
+    assert vm.counters["d2h_bytes"] == 8 + 8
+
+
+# -- ops through shapefn.ops (runtime values Relax cannot express) -----------
+
+@pytest.fixture(scope="module")
+def topk_exe():
+    mod = build([("x", [sym("n"), sym("m")], "float32"), ("k", [1], "int64")],
+                lambda bb, x, k: relax.Tuple(list(ops.topk(bb, x, k, axis=1))))
+    return shapefn.compile(mod, "sim")
+
+
+@pytest.mark.parametrize("shape, k", [((3, 7), 2), ((2, 5), 5), ((4, 3), 0)])
+def test_topk_with_a_runtime_k(topk_exe, sim, shape, k):
+    vm = shapefn.VirtualMachine(topk_exe, sim)
+    x = np.random.default_rng(k).permutation(np.prod(shape)).astype(np.float32).reshape(shape)
+    values, indices = vm(x, np.array([k], np.int64))
+    order = np.argsort(-x, axis=1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(indices.numpy(), order)
+    np.testing.assert_array_equal(values.numpy(), np.take_along_axis(x, order, axis=1))
+    assert vm.counters["d2h_bytes"] == 8  # k only
+
+
+@pytest.mark.parametrize("shape, repeats", [((2, 3), [2, 1]), ((3,), [2, 2]), ((2, 2), [0, 3])])
+def test_tile_with_runtime_repeats(sim, shape, repeats):
+    mod = build([("x", [sym("a")] + [sym("b")] * (len(shape) - 1), "float32"), ("r", [2], "int64")],
+                lambda bb, x, r: ops.tile(bb, x, r))
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    vm, got = run(mod, x, np.array(repeats, np.int64), sim=sim)
+    np.testing.assert_array_equal(got.numpy(), np.tile(x, repeats))
+
+
+@pytest.fixture(scope="module")
+def arange_exe():
+    mod = build([("start", [], "int64"), ("stop", [], "int64"), ("step", [], "int64")],
+                lambda bb, a, b, c: ops.arange(bb, a, b, c))
+    return shapefn.compile(mod, "sim")
+
+
+@pytest.mark.parametrize("start, stop, step", [(0, 10, 3), (5, -4, -2), (3, 3, 1), (7, 2, 1)])
+def test_arange_with_runtime_bounds(arange_exe, sim, start, stop, step):
+    vm = shapefn.VirtualMachine(arange_exe, sim)
+    got = vm(*(np.array(v, np.int64) for v in (start, stop, step))).numpy()
+    np.testing.assert_array_equal(got, np.arange(start, stop, step))
+
+
+@pytest.fixture(scope="module")
+def resize_exe():
+    mod = build([("x", [1, 2, sym("h"), sym("w")], "float32"), ("size", [2], "int64")],
+                lambda bb, x, s: ops.resize2d(bb, x, s, method="linear", coordinate_transformation_mode="half_pixel"))
+    return shapefn.compile(mod, "sim")
+
+
+def onnx_resize_reference(x, sizes):
+    graph = helper.make_graph(
+        [helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear",
+                          coordinate_transformation_mode="half_pixel")], "resize",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("sizes", TensorProto.INT64, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x, "sizes": sizes})[0]
+
+
+@pytest.mark.parametrize("shape, size", [((4, 5), (8, 3)), ((3, 3), (3, 7)), ((6, 2), (1, 1))])
+def test_resize_to_a_runtime_size(resize_exe, sim, shape, size):
+    vm = shapefn.VirtualMachine(resize_exe, sim)
+    x = np.random.default_rng(1).standard_normal((1, 2, *shape)).astype(np.float32)
+    got = vm(x, np.array(size, np.int64)).numpy()
+    np.testing.assert_allclose(got, onnx_resize_reference(x, np.array([1, 2, *size], np.int64)), rtol=1e-5,
+                               atol=1e-6)
+    assert vm.counters["d2h_bytes"] == 16
+
+
+@pytest.fixture(scope="module")
+def pad_exe():
+    mod = build([("x", [sym("a"), sym("b")], "float32"), ("pads", [4], "int64"), ("v", [], "float32")],
+                lambda bb, x, p, v: ops.pad(bb, x, p, v))
+    return shapefn.compile(mod, "sim")
+
+
+@pytest.mark.parametrize("pads", [[1, 0, 2, 3], [0, -1, 0, 1], [0, 0, 0, 0], [-2, 0, 0, 0]])
+def test_pad_with_runtime_pads(pad_exe, sim, pads):
+    vm = shapefn.VirtualMachine(pad_exe, sim)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b0, b1, e0, e1 = pads
+    want = np.pad(x, [(max(b0, 0), max(e0, 0)), (max(b1, 0), max(e1, 0))], constant_values=9.0)
+    want = want[max(-b0, 0):want.shape[0] - max(-e0, 0), max(-b1, 0):want.shape[1] - max(-e1, 0)]
+    np.testing.assert_array_equal(vm(x, np.array(pads, np.int64), np.array(9.0, np.float32)).numpy(), want)
+    assert vm.counters["d2h_bytes"] == 32  # the pads only
