@@ -236,3 +236,39 @@ def test_extern_op_written_in_tvmscript(first_rows_op, sim):
     data = np.arange(24, dtype=np.float32).reshape(3, 8)
     np.testing.assert_array_equal(vm(data, np.array([2], np.int64)).numpy(), data[:2] * 2)
     assert vm.counters["d2h_bytes"] == 8
+
+
+def matmul_chain(depth):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([tvm.tirx.Var("n", "int64"), 256], "float32"))
+    rng = np.random.default_rng(0)
+    with bb.function("main", [x]):
+        h = x
+        for _ in range(depth):
+            h = bb.emit(relax.op.matmul(h, relax.const((rng.standard_normal((256, 256)) * 0.06).astype("float32"))))
+        bb.emit_func_output(h)
+    return bb.get()
+
+
+def test_intermediate_buffers_are_reused(sim):
+    depth = 8
+    mod = matmul_chain(depth)
+    vm = shapefn.VirtualMachine(shapefn.compile(mod, "sim"), sim)
+    x = np.random.default_rng(1).standard_normal((64, 256)).astype(np.float32)
+    before = vm.pool_high_water_bytes()
+    for _ in range(3):
+        got = vm(x)
+    assert_same(got, relax_reference(mod)(x))
+    # Each buffer is freed after its last use and its block reused: at most
+    # the input copy, two live intermediates and the output at any time.
+    assert vm.pool_high_water_bytes() - before <= 4 * x.nbytes < depth * x.nbytes
+
+
+def test_arguments_may_be_tvm_tensors_and_results_export_through_dlpack(sim):
+    vm = shapefn.VirtualMachine(shapefn.compile(SliceFromDeviceBounds, "sim"), sim)
+    x = np.arange(30, dtype=np.float32).reshape(5, 6)
+    off = np.array([1, 2], np.int64)
+    got = vm(tvm.runtime.tensor(x), tvm.runtime.tensor(off))
+    want = relax_reference(SliceFromDeviceBounds)(x, off)
+    np.testing.assert_array_equal(np.from_dlpack(got), want)
+    np.testing.assert_array_equal(np.asarray(got), want)
