@@ -71,6 +71,7 @@ class _FunctionCodegen:
         self.func = func
         self.placement: Placement = place(func, module.mod, module.all_host)
         self.regs: dict[int, Reg] = {}
+        self.holders: dict[int, set[int]] = {}  # register -> vars bound to it
         self.consts: dict[int, tvm.ir.GenericConst] = {}
         self.var_sources: dict[int, tuple[Reg, int, bool]] = {}  # size var -> (reg, axis, reg is a tensor)
         self.scope = _Scope()
@@ -100,7 +101,7 @@ class _FunctionCodegen:
                         if isinstance(d, tirx.Var):
                             self.var_sources.setdefault(key(d), (Reg(i), axis, False))
                 params.append(Param(p.name, "int64", [], "any"))
-            self.regs[key(p)] = Reg(i)
+            self.bind(p, Reg(i))
         return params
 
     def _bind_sizes(self, dims, source: Reg, is_tensor: bool) -> None:
@@ -210,7 +211,7 @@ class _FunctionCodegen:
         var, value = binding.var, binding.value
         if isinstance(binding, relax.MatchCast):
             reg = self.value(value)
-            self.regs[key(var)] = reg
+            self.bind(var, reg)
             ty = binding.ty
             if isinstance(ty, relax.TensorType) and ty.shape is not None:
                 self._bind_sizes(ty.shape.values, reg, True)
@@ -227,20 +228,20 @@ class _FunctionCodegen:
             if key(value) in self.consts:
                 self.consts[key(var)] = self.consts[key(value)]
             else:
-                self.regs[key(var)] = self.value(value)
+                self.bind(var, self.value(value))
             return
         if isinstance(value, relax.If):
-            self.regs[key(var)] = self.branch(value)
+            self.bind(var, self.branch(value))
             return
         if isinstance(value, relax.TupleGetItem):
-            self.regs[key(var)] = self.fb.get_item(self.value(value.tuple_value), value.index)
+            self.bind(var, self.fb.get_item(self.value(value.tuple_value), value.index))
             return
         if isinstance(value, relax.Call):
             reg = self.call(binding, value)
             if reg is not None:
-                self.regs[key(var)] = reg
+                self.bind(var, reg)
             return
-        self.regs[key(var)] = self.value(value)
+        self.bind(var, self.value(value))
 
     def branch(self, node: relax.If) -> Reg:
         fb = self.fb
@@ -290,9 +291,7 @@ class _FunctionCodegen:
             slot = self.placement.slot.get(key(binding.var), DEVICE)
             return fb.alloc_tensor(HOST if self.module.all_host else slot, self.value(shape), str(dtype.value))
         if name in _KILLS:
-            arg = call.args[0]
-            if key(arg) in self.regs:
-                fb.kill(self.regs[key(arg)])
+            self.kill(call.args[0])
             return None
         if name == "relax.tensor_to_shape":
             dst = fb.reg()
@@ -305,6 +304,22 @@ class _FunctionCodegen:
         if name == "relax.null_value":
             return fb.reg()
         raise CodegenError(f"op '{name}' was not lowered to kernels (is it supported by TVM's LegalizeOps?)")
+
+    def bind(self, var, reg: Reg) -> None:
+        self.regs[key(var)] = reg
+        self.holders.setdefault(reg.index, set()).add(key(var))
+
+    def kill(self, var) -> None:
+        """Frees a value after its last use — unless another var bound to the
+        same register (a match_cast or alias of it) still lives: TVM's
+        KillAfterLastUse sees those as separate objects."""
+        reg = self.regs.get(key(var))
+        if reg is None:
+            return
+        holders = self.holders.get(reg.index, set())
+        holders.discard(key(var))
+        if not holders:
+            self.fb.kill(reg)
 
     def kernel(self, binding, name: str, args) -> None:
         slot = self.placement.kernel_slot.get(key(binding), DEVICE)

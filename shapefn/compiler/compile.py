@@ -31,6 +31,9 @@ def lower(mod: tvm.IRModule) -> tvm.IRModule:
     """The Relax passes up to the point where shapefn's codegen takes over
     (TVM's VM goes on with memory planning and VMShapeLower instead)."""
     return tvm.transform.Sequential([
+        # Folds match_casts made redundant by lowering (their sizes substituted
+        # everywhere); FuseTIR would otherwise drop them and leave sizes undefined.
+        relax.transform.CanonicalizeBindings(),
         relax.transform.LegalizeOps(customize_legalize_map=legalize_map()),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),

@@ -20,6 +20,17 @@ _FROM_TENSOR_TO_SHAPE = {"relax.reshape", "relax.full", "relax.zeros", "relax.on
                          "relax.image.resize2d"}
 
 
+_BROADCASTING = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.floor_divide",
+                 "relax.power", "relax.maximum", "relax.minimum", "relax.equal", "relax.not_equal",
+                 "relax.less", "relax.less_equal", "relax.greater", "relax.greater_equal", "relax.logical_and",
+                 "relax.logical_or", "relax.where", "relax.floor_mod", "relax.mod"}
+
+
+def _unknown_shape(call: relax.Call) -> bool:
+    ty = call.ty
+    return isinstance(ty, relax.TensorType) and ty.shape is None and ty.ndim >= 0
+
+
 def _dtype(expr: relax.Expr) -> str:
     return str(expr.ty.dtype)
 
@@ -72,7 +83,45 @@ class _Lowering(relax.PyExprMutator):
             return self._unique(call)
         if name == "relax.vision.all_class_non_max_suppression":
             return self._nms(call)
+        if _unknown_shape(call) and name in _BROADCASTING:
+            return self._broadcasting(call)
+        if _unknown_shape(call) and name == "relax.concat":
+            return self._concat(call)
         return call
+
+    def _broadcasting(self, call: relax.Call) -> relax.Expr:
+        """An elementwise op on operands with unrelated symbolic sizes (which
+        may be 1 only at run time): the host broadcasts the shapes, the
+        operands are broadcast to them, and the op sees equal shapes."""
+        tensors = [a for a in call.args if isinstance(a.ty, relax.TensorType)]
+        if any(t.ty.shape is None for t in tensors) or len(tensors) not in (2, 3):
+            return call
+        bb = self.builder_
+        ndim = max(t.ty.ndim for t in tensors)
+        op = "shapefn.broadcast" if len(tensors) == 2 else "shapefn.broadcast3"
+        (dims,) = emit_shape(bb, op, tensors, [ndim], prefix="bcast")
+        target = relax.ShapeExpr(dims)
+        args = [bb.emit(relax.op.broadcast_to(a, target)) if isinstance(a.ty, relax.TensorType) else a
+                for a in call.args]
+        return relax.Call(call.op, args, call.attrs, call.ty_args)
+
+    def _concat(self, call: relax.Call) -> relax.Expr:
+        """Concat whose inputs' other dimensions are symbolically unrelated:
+        ONNX and Relax require them equal, so each input is cast to the first
+        input's sizes there (concat does not broadcast)."""
+        (fields,) = call.args
+        tensors = list(fields.fields) if isinstance(fields, relax.Tuple) else None
+        if not tensors or any(t.ty.shape is None for t in tensors):
+            return call
+        axis = int(call.attrs.axis)
+        reference = list(tensors[0].ty.shape.values)
+        axis = axis + len(reference) if axis < 0 else axis
+        bb = self.builder_
+        unified = [tensors[0]]
+        for t in tensors[1:]:
+            dims = [d if i == axis else reference[i] for i, d in enumerate(t.ty.shape.values)]
+            unified.append(bb.match_cast(t, relax.TensorType(dims, t.ty.dtype)))
+        return relax.op.concat(unified, axis)
 
     def _strided_slice(self, call: relax.Call) -> relax.Expr:
         bb = self.builder_

@@ -1,0 +1,238 @@
+"""shapefn's ONNX converters, for ops TVM's importer cannot take with
+runtime values. Each is ``converter(importer, inputs, attrs, opset)`` and
+returns a Relax expression, or ``NotImplemented`` to let TVM's converter
+handle the node (when the values it needs are constants after all).
+
+Runtime values reach shape functions as tensors: shapes that TVM's importer
+keeps as ``ShapeExpr`` become int64 tensors through ``shape_to_tensor``,
+which shapefn's placement computes on the host.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .. import ops
+from ..compiler.shape_calls import emit_shape
+
+CONVERTERS: dict = {}
+
+
+def converter(op_type: str):
+    def register(fn):
+        CONVERTERS[op_type] = fn
+        return fn
+
+    return register
+
+
+# ---- helpers -------------------------------------------------------------------
+def _const_value(importer, expr) -> np.ndarray | None:
+    """The value of ``expr`` if it is known at import time."""
+    if expr is None:
+        return None
+    if isinstance(expr, tvm.ir.GenericConst) and isinstance(expr.ty, relax.TensorType):
+        return expr.value.numpy()
+    if isinstance(expr, relax.ShapeExpr) and all(isinstance(v, tvm.tirx.IntImm) for v in expr.values):
+        return np.array([int(v) for v in expr.values], np.int64)
+    if isinstance(expr, relax.Var):
+        name = expr.name
+        params = importer._params
+        if name in params:
+            return params[name][1].numpy()
+    return None
+
+
+def _tensor(bb: relax.BlockBuilder, expr, dtype: str | None = None):
+    """``expr`` as a tensor (shape values become int64 tensors), cast to ``dtype``."""
+    if isinstance(expr.ty, relax.ShapeType):
+        expr = bb.emit(relax.op.shape_to_tensor(expr))
+    if dtype is not None and str(expr.ty.dtype) != dtype:
+        expr = bb.emit(relax.op.astype(expr, dtype))
+    return expr
+
+
+def _absent(importer, expr) -> bool:
+    """An optional input that is missing or an empty constant."""
+    if expr is None:
+        return True
+    value = _const_value(importer, expr)
+    return value is not None and value.size == 0
+
+
+def _ndim(expr) -> int:
+    ty = expr.ty
+    if isinstance(ty, relax.ShapeType):
+        return 1
+    if ty.ndim < 0:
+        raise ValueError(f"the rank of {expr} is unknown")
+    return ty.ndim
+
+
+def _length(expr) -> int:
+    """Static length of a 1-D tensor or shape."""
+    ty = expr.ty
+    if isinstance(ty, relax.ShapeType):
+        return ty.ndim
+    if ty.shape is None or not isinstance(ty.shape.values[0], tvm.tirx.IntImm):
+        raise ValueError(f"the length of {expr} must be static")
+    return int(ty.shape.values[0])
+
+
+def _str(value, default: str) -> str:
+    if value is None:
+        return default
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# ---- converters -----------------------------------------------------------------
+@converter("Reshape")
+def reshape(importer, inputs, attrs, opset):
+    data, shape = inputs[0], inputs[1]
+    known_shape = isinstance(data.ty, relax.TensorType) and data.ty.shape is not None
+    if isinstance(shape, relax.ShapeExpr) or (known_shape and _const_value(importer, shape) is not None):
+        return NotImplemented
+    bb = importer.bb
+    shape = _tensor(bb, shape, "int64")
+    (dims,) = emit_shape(bb, "relax.reshape", [data, shape], [_length(shape)], [attrs.get("allowzero", 0)],
+                         prefix="reshape")
+    return relax.op.reshape(data, relax.ShapeExpr(dims))
+
+
+@converter("Expand")
+def expand(importer, inputs, attrs, opset):
+    """ONNX Expand broadcasts both ways (numpy rules), also from dimensions
+    that are 1 only at run time — the shape function computes the result."""
+    bb = importer.bb
+    data, shape = inputs[0], _tensor(importer.bb, inputs[1], "int64")
+    ndim = max(_ndim(data), _length(shape))
+    (dims,) = emit_shape(bb, "relax.broadcast_to", [data, shape], [ndim], [1], prefix="expand")
+    return relax.op.broadcast_to(data, relax.ShapeExpr(dims))
+
+
+@converter("ConstantOfShape")
+def constant_of_shape(importer, inputs, attrs, opset):
+    shape = inputs[0]
+    if isinstance(shape, relax.ShapeExpr) or _const_value(importer, shape) is not None:
+        return NotImplemented
+    bb = importer.bb
+    value = attrs.get("value")
+    fill = onnx_numpy(value) if value is not None else np.zeros(1, np.float32)
+    fill_const = relax.const(fill.reshape(()), str(fill.dtype))
+    shape = _tensor(bb, shape, "int64")
+    (dims,) = emit_shape(bb, "relax.full", [fill_const, shape], [_length(shape)], prefix="full")
+    return relax.op.full(relax.ShapeExpr(dims), fill_const, str(fill.dtype))
+
+
+def onnx_numpy(tensor_proto) -> np.ndarray:
+    from onnx import numpy_helper
+
+    return numpy_helper.to_array(tensor_proto)
+
+
+@converter("Tile")
+def tile(importer, inputs, attrs, opset):
+    repeats = inputs[1]
+    if _const_value(importer, repeats) is not None:
+        return NotImplemented
+    return ops.tile(importer.bb, inputs[0], _tensor(importer.bb, repeats, "int64"))
+
+
+@converter("Range")
+def range_(importer, inputs, attrs, opset):
+    if all(_const_value(importer, v) is not None for v in inputs):
+        return NotImplemented
+    bb = importer.bb
+    dtype = str(inputs[0].ty.dtype) if isinstance(inputs[0].ty, relax.TensorType) else "int64"
+    start, limit, delta = (_tensor(bb, v, dtype) for v in inputs)
+    return ops.arange(bb, start, limit, delta, dtype)
+
+
+@converter("TopK")
+def topk(importer, inputs, attrs, opset):
+    if opset < 10 or _const_value(importer, inputs[1]) is not None:
+        return NotImplemented
+    bb = importer.bb
+    values, indices = ops.topk(bb, inputs[0], _tensor(bb, inputs[1], "int64"), axis=attrs.get("axis", -1),
+                               largest=bool(attrs.get("largest", 1)), sorted=True)
+    return relax.Tuple([values, indices])
+
+
+@converter("Pad")
+def pad(importer, inputs, attrs, opset):
+    if opset < 11 or (_const_value(importer, inputs[1]) is not None
+                      and (len(inputs) < 3 or _absent(importer, inputs[2])
+                           or _const_value(importer, inputs[2]) is not None)):
+        return NotImplemented
+    bb = importer.bb
+    data = inputs[0]
+    dtype = str(data.ty.dtype)
+    value = inputs[2] if len(inputs) > 2 and not _absent(importer, inputs[2]) else relax.const(0, dtype)
+    return ops.pad(bb, data, _tensor(bb, inputs[1], "int64"), _tensor(bb, value, dtype),
+                   mode=_str(attrs.get("mode"), "constant"))
+
+
+@converter("Resize")
+def resize(importer, inputs, attrs, opset):
+    """Resize of 4-D data to sizes or scales known only at run time (or
+    given as an empty scales tensor beside sizes, as torchvision exports)."""
+    if opset < 11:
+        return NotImplemented
+    bb = importer.bb
+    data = inputs[0]
+    scales = inputs[2] if len(inputs) > 2 else None
+    sizes = inputs[3] if len(inputs) > 3 else None
+    if _ndim(data) != 4:
+        return NotImplemented
+    if not _absent(importer, sizes):
+        size = _tensor(bb, sizes, "int64")
+    elif not _absent(importer, scales):
+        # ONNX: output = floor(input * scale), per dimension.
+        shape = bb.emit(relax.op.astype(bb.emit(relax.op.shape_to_tensor(bb.emit(relax.op.shape_of(data)))),
+                                        "float32"))
+        scaled = bb.emit(relax.op.floor(bb.emit(relax.op.multiply(shape, _tensor(bb, scales, "float32")))))
+        size = bb.emit(relax.op.astype(scaled, "int64"))
+    else:
+        raise ValueError("Resize needs scales or sizes")
+    hw = bb.emit(relax.op.strided_slice(size, axes=[0], begin=[2], end=[4]))
+    return ops.resize2d(
+        bb, data, hw, layout="NCHW", method=_str(attrs.get("mode"), "nearest"),
+        coordinate_transformation_mode=_str(attrs.get("coordinate_transformation_mode"), "half_pixel"),
+        rounding_method=_str(attrs.get("nearest_mode"), "round_prefer_floor"),
+        cubic_alpha=float(attrs.get("cubic_coeff_a", -0.75)), cubic_exclude=int(attrs.get("exclude_outside", 0)))
+
+
+def _tvm_converter(importer, op_type: str, inputs, attrs, opset):
+    """TVM's own converter of ``op_type``."""
+    from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
+
+    fn = tvm_onnx._get_convert_map()[op_type].get_converter(opset)
+    return fn(importer.bb, inputs, attrs, [importer._nodes, importer._params])
+
+
+@converter("Squeeze")
+def squeeze(importer, inputs, attrs, opset):
+    """Squeeze of axes whose extent is 1 at run time but not provably so at
+    import time (``min(1, h * w)``): the data is cast to a shape with a
+    literal 1 there first."""
+    data = inputs[0]
+    ty = data.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return NotImplemented
+    if opset >= 13 and len(inputs) > 1 and inputs[1] is not None:
+        axes = _const_value(importer, inputs[1])
+        if axes is None:
+            return NotImplemented
+        axes = [int(a) for a in axes]
+    else:
+        axes = list(attrs.get("axes", []))
+    dims = list(ty.shape.values)
+    if not axes:
+        return NotImplemented
+    axes = [a + len(dims) if a < 0 else a for a in axes]
+    if all(isinstance(dims[a], tvm.tirx.IntImm) for a in axes):
+        return NotImplemented
+    dims = [tvm.tirx.IntImm("int64", 1) if i in axes else d for i, d in enumerate(dims)]
+    cast = importer.bb.match_cast(data, relax.TensorType(dims, ty.dtype))
+    return _tvm_converter(importer, "Squeeze", [cast, *inputs[1:]], attrs, opset)
