@@ -89,11 +89,11 @@ def _str(value, default: str) -> str:
 # ---- converters -----------------------------------------------------------------
 @converter("Reshape")
 def reshape(importer, inputs, attrs, opset):
-    data, shape = inputs[0], inputs[1]
+    bb = importer.bb
+    data, shape = _tensor(bb, inputs[0]), inputs[1]
     known_shape = isinstance(data.ty, relax.TensorType) and data.ty.shape is not None
     if isinstance(shape, relax.ShapeExpr) or (known_shape and _const_value(importer, shape) is not None):
-        return NotImplemented
-    bb = importer.bb
+        return _tvm_converter(importer, "Reshape", [data, shape], attrs, opset)
     shape = _tensor(bb, shape, "int64")
     (dims,) = emit_shape(bb, "relax.reshape", [data, shape], [_length(shape)], [attrs.get("allowzero", 0)],
                          prefix="reshape")
@@ -114,12 +114,15 @@ def expand(importer, inputs, attrs, opset):
 @converter("ConstantOfShape")
 def constant_of_shape(importer, inputs, attrs, opset):
     shape = inputs[0]
-    if isinstance(shape, relax.ShapeExpr) or _const_value(importer, shape) is not None:
-        return NotImplemented
     bb = importer.bb
     value = attrs.get("value")
     fill = onnx_numpy(value) if value is not None else np.zeros(1, np.float32)
     fill_const = relax.const(fill.reshape(()), str(fill.dtype))
+    known = _const_value(importer, shape)
+    if known is not None:
+        return relax.op.full(relax.ShapeExpr([int(d) for d in known]), fill_const, str(fill.dtype))
+    if isinstance(shape, relax.ShapeExpr):
+        return relax.op.full(shape, fill_const, str(fill.dtype))
     shape = _tensor(bb, shape, "int64")
     (dims,) = emit_shape(bb, "relax.full", [fill_const, shape], [_length(shape)], prefix="full")
     return relax.op.full(relax.ShapeExpr(dims), fill_const, str(fill.dtype))
@@ -236,3 +239,24 @@ def squeeze(importer, inputs, attrs, opset):
     dims = [tvm.tirx.IntImm("int64", 1) if i in axes else d for i, d in enumerate(dims)]
     cast = importer.bb.match_cast(data, relax.TensorType(dims, ty.dtype))
     return _tvm_converter(importer, "Squeeze", [cast, *inputs[1:]], attrs, opset)
+
+
+@converter("Concat")
+def concat(importer, inputs, attrs, opset):
+    """Concat where shape values (kept by TVM as shapes or scalars) meet
+    tensors: all become 1-D int64 tensors first."""
+    values = [v for v in inputs if v is not None]
+    kinds = {type(v.ty).__name__ for v in values}
+    if "TensorType" not in kinds or kinds == {"TensorType"}:
+        return NotImplemented
+    bb = importer.bb
+    tensors = []
+    for v in values:
+        if isinstance(v.ty, tvm.ir.PrimType):
+            v = bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr([v])))
+        else:
+            v = _tensor(bb, v)
+        if v.ty.ndim == 0:
+            v = bb.emit(relax.op.reshape(v, [1]))
+        tensors.append(v)
+    return relax.op.concat(tensors, attrs.get("axis", 0))
