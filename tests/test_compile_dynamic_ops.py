@@ -275,3 +275,33 @@ def test_pad_with_runtime_pads(pad_exe, sim, pads):
     want = want[max(-b0, 0):want.shape[0] - max(-e0, 0), max(-b1, 0):want.shape[1] - max(-e1, 0)]
     np.testing.assert_array_equal(vm(x, np.array(pads, np.int64), np.array(9.0, np.float32)).numpy(), want)
     assert vm.counters["d2h_bytes"] == 32  # the pads only
+
+
+def test_independent_counts_are_read_back_in_one_sync(sim):
+    """Per-class filtering as in SSD-lite: the counts of independent nonzero
+    ops wait on the device together, once."""
+    classes = 5
+
+    def body(bb, scores):
+        picked = []
+        for c in range(classes):
+            column = bb.emit(relax.op.take(scores, relax.const(c, "int64"), axis=1))
+            keep = bb.emit(relax.op.nonzero(bb.emit(relax.op.greater(column, relax.const(0.5, "float32")))))
+            picked.append(keep)
+        return relax.Tuple(picked)
+
+    mod = build([("scores", [sym("n"), classes], "float32")], body)
+    scores = np.random.default_rng(0).uniform(0, 1, (40, classes)).astype(np.float32)
+    vm, got = run(mod, scores, sim=sim)
+    for c, g in enumerate(got):
+        np.testing.assert_array_equal(g.numpy(), np.stack(np.nonzero(scores[:, c] > 0.5)))
+    assert vm.counters["syncs"] == 1 and vm.counters["d2h_bytes"] == 8 * classes
+
+
+def test_repeated_data_dependent_ops_are_computed_once(sim):
+    mod = build([("x", [sym("n")], "float32")],
+                lambda bb, x: relax.Tuple([bb.emit(relax.op.nonzero(x)), bb.emit(relax.op.nonzero(x))]))
+    x = np.array([0, 1, 0, 2], np.float32)
+    vm, (a, b) = run(mod, x, sim=sim)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert vm.counters["d2h_copies"] == 1

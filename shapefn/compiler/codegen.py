@@ -11,6 +11,7 @@ import tvm_ffi
 from tvm import relax, tirx
 
 from ..builder import FunctionBuilder, Label, Param, ProgramBuilder, Reg
+from .schedule import schedule
 from .placement import ALLOC_TENSOR, DEVICE, HOST, Placement, is_prim, is_tensor_const, key, place
 from .shape_calls import SHAPE_FUNC, VIEW
 
@@ -203,9 +204,23 @@ class _FunctionCodegen:
 
     def seq(self, seq: relax.SeqExpr) -> Reg:
         for block in seq.blocks:
-            for binding in block.bindings:
-                self.binding(binding)
+            for group in schedule(list(block.bindings)):
+                if len(group) == 1:
+                    self.binding(group[0])
+                else:
+                    self.readbacks(group)
         return self.value(seq.body)
+
+    def readbacks(self, group) -> None:
+        """Several tensor_to_shape bindings read back in one instruction: one sync."""
+        dsts, srcs = [], []
+        for binding in group:
+            source = binding.value.args[0]
+            is_const = is_tensor_const(source) or key(source) in self.consts
+            dsts.append(self.fb.reg())
+            srcs.append(self.tensor(source, HOST) if is_const else self.value(source))
+            self.bind(binding.var, dsts[-1])
+        self.fb.readback(dsts, srcs)
 
     def binding(self, binding) -> None:
         var, value = binding.var, binding.value
