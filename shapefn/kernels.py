@@ -104,3 +104,28 @@ def build(funcs: Mapping[str, tirx.PrimFunc], target: str = "llvm"):
     """Compiles ``{name: PrimFunc}`` into one TVM runtime library."""
     mod = tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in funcs.items()})
     return tvm.compile(mod, target=target)
+
+
+def concat(num_inputs: int, ndim: int, axis: int, dtype: str = "float32") -> tirx.PrimFunc:
+    """Concatenation along ``axis`` of inputs whose other sizes are equal at
+    run time but symbolically unrelated (each input has its own size
+    variables); the output takes the first input's sizes off the axis."""
+    inputs = [te.placeholder(_sizes(f"s{k}_", ndim), dtype, name=f"x{k}") for k in range(num_inputs)]
+    offsets = [tirx.const(0, "int64")]
+    for x in inputs:
+        offsets.append(offsets[-1] + x.shape[axis])
+    out_dims = [offsets[-1] if d == axis else inputs[0].shape[d] for d in range(ndim)]
+
+    def element(*idx):
+        j = idx[axis]
+
+        def read(k):
+            return inputs[k][tuple(j - offsets[k] if d == axis else idx[d] for d in range(ndim))]
+
+        value = read(num_inputs - 1)
+        for k in reversed(range(num_inputs - 1)):
+            value = tirx.if_then_else(j < offsets[k + 1], read(k), value)
+        return value
+
+    out = te.compute(out_dims, element, name="out")
+    return te.create_prim_func([*inputs, out])

@@ -106,22 +106,28 @@ class _Lowering(relax.PyExprMutator):
         return relax.Call(call.op, args, call.attrs, call.ty_args)
 
     def _concat(self, call: relax.Call) -> relax.Expr:
-        """Concat whose inputs' other dimensions are symbolically unrelated:
-        ONNX and Relax require them equal, so each input is cast to the first
-        input's sizes there (concat does not broadcast)."""
+        """Concat whose inputs' other sizes are symbolically unrelated (Relax
+        cannot type it): a kernel that reads each input with its own sizes;
+        the output takes the first input's sizes off the axis (ONNX and Relax
+        require them equal; concat does not broadcast)."""
         (fields,) = call.args
-        tensors = list(fields.fields) if isinstance(fields, relax.Tuple) else None
+        bb = self.builder_
+        if isinstance(fields, relax.Tuple):
+            tensors = list(fields.fields)
+        elif isinstance(fields.ty, relax.TupleType):
+            tensors = [bb.emit(relax.TupleGetItem(fields, i)) for i in range(len(fields.ty.fields))]
+        else:
+            return call
         if not tensors or any(t.ty.shape is None for t in tensors):
             return call
+        ndim, dtype = _ndim(tensors[0]), _dtype(tensors[0])
         axis = int(call.attrs.axis)
-        reference = list(tensors[0].ty.shape.values)
-        axis = axis + len(reference) if axis < 0 else axis
-        bb = self.builder_
-        unified = [tensors[0]]
-        for t in tensors[1:]:
-            dims = [d if i == axis else reference[i] for i, d in enumerate(t.ty.shape.values)]
-            unified.append(bb.match_cast(t, relax.TensorType(dims, t.ty.dtype)))
-        return relax.op.concat(unified, axis)
+        axis = axis + ndim if axis < 0 else axis
+        dims = list(tensors[0].ty.shape.values)
+        dims[axis] = sum((t.ty.shape.values[axis] for t in tensors[1:]), dims[axis])
+        kernel = self._kernel(f"shapefn_concat_{len(tensors)}x{ndim}d_{axis}_{dtype}",
+                              kernels.concat(len(tensors), ndim, axis, dtype))
+        return relax.call_tir(kernel, tensors, relax.TensorType(dims, dtype))
 
     def _strided_slice(self, call: relax.Call) -> relax.Expr:
         bb = self.builder_
