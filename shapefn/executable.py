@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Mapping
 
 from . import _core
@@ -21,6 +22,7 @@ class Executable:
         self._core = core
         self._kernels = dict(kernels or {})
         self._library = library
+        self._library_path = None  # the file the library was loaded from, if any
         #: The dependence mode VMs made from this executable use by default.
         self.default_dependence = "per-input"
 
@@ -47,7 +49,11 @@ class Executable:
         library_name = ""
         if self._library is not None:
             library_name = os.path.basename(path) + _LIBRARY_SUFFIX
-            self._library.export_library(os.path.join(os.path.dirname(path) or ".", library_name))
+            target = os.path.join(os.path.dirname(path) or ".", library_name)
+            if self._library_path is not None:  # a library loaded from a file is copied
+                shutil.copyfile(self._library_path, target)
+            else:
+                self._library.export_library(target)
         else:
             import tvm_ffi
 
@@ -66,7 +72,7 @@ class Executable:
         for a truncated or corrupt file."""
         path = os.fspath(path)
         core = _core.Executable.load(path)
-        kernels, library = {}, None
+        kernels, library, exe_library_path = {}, None, None
         if core.kernel_library:
             import tvm
 
@@ -74,11 +80,14 @@ class Executable:
             if not os.path.exists(lib_path):
                 raise FileNotFoundError(f"kernel library '{lib_path}' of executable '{path}' is missing")
             library = tvm.runtime.load_module(lib_path)
+            exe_library_path = lib_path
             for name in core.kernels:
                 fn = _library_function(library, name)
                 if fn is not None:
                     kernels[name] = fn
-        return cls(core, kernels, library)
+        exe = cls(core, kernels, library)
+        exe._library_path = exe_library_path
+        return exe
 
     def __repr__(self) -> str:
         return f"shapefn.Executable(functions={self.function_names}, kernels={len(self.kernel_names)})"

@@ -20,15 +20,12 @@ It is compiled once per input signature and cached in memory and on disk.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import hashlib
 import inspect
 import operator
 import os
 import re
-import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -39,7 +36,7 @@ import tvm
 import tvm_ffi
 from tvm import te, tirx
 
-from . import config
+from . import config, kernel_cache
 from .errors import DataDependenceError, OverDeclaredWarning
 
 Signature = list[tuple[str, int]]
@@ -471,31 +468,6 @@ def _target() -> tvm.target.Target:
     return tvm.target.Target(_TARGET_KIND)
 
 
-def _cache_key(prim_func: tirx.PrimFunc) -> str:
-    """The disk-cache key of a shape-function PrimFunc: what its compiled code depends on."""
-    text = prim_func.script(show_meta=True)
-    material = "\0".join([tvm.__version__, str(_target()), text])
-    return hashlib.sha256(material.encode()).hexdigest()
-
-
 def _load_or_build(prim_func: tirx.PrimFunc, directory: Path) -> tvm_ffi.Function:
-    path = directory / f"{_cache_key(prim_func)}.so"
-    if path.exists():
-        try:
-            return tvm.runtime.load_module(str(path))[_ENTRY_NAME]
-        except Exception:  # noqa: BLE001
-            pass  # unreadable cache entry (e.g. another TVM build): rebuild and replace it
-    executable = tvm.compile(tvm.IRModule({_ENTRY_NAME: prim_func}), target=_target())
-    directory.mkdir(parents=True, exist_ok=True)
-    # Export under a temporary name in the same directory, then rename: the
-    # rename is atomic, so a concurrent process sees no file or a whole one.
-    fd, temp_name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".so", dir=directory)
-    os.close(fd)
-    try:
-        executable.export_library(temp_name)
-        os.replace(temp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp_name)
-        raise
-    return tvm.runtime.load_module(str(path))[_ENTRY_NAME]
+    library, _ = kernel_cache.build(tvm.IRModule({_ENTRY_NAME: prim_func}), _target(), directory)
+    return library[_ENTRY_NAME]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from .. import kernel_cache
 from ..executable import Executable
 from .codegen import ModuleCodegen
 from .lower_dynamic import lower_dynamic_ops
@@ -68,7 +69,8 @@ def compile(mod: tvm.IRModule, device: str = "sim", *, target=None,
     program = codegen.run()
     kernels = {gv.name_hint: f for gv, f in lowered.functions.items()
                if isinstance(f, tvm.tirx.PrimFunc) and gv.name_hint in codegen.kernels}
-    library = tvm.compile(tvm.IRModule(kernels), target=tvm_target) if kernels else None
+    library, library_path = kernel_cache.build(tvm.IRModule(kernels), tvm_target) if kernels else (None, None)
     exe = program.build(library=library)
+    exe._library_path = library_path
     exe.default_dependence = dependence
     return exe
