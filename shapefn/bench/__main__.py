@@ -2,7 +2,7 @@
 import importlib
 import sys
 
-BENCHMARKS = {"copy_elimination": "shapefn.bench.copy_elimination"}
+BENCHMARKS = {"copy_elimination": "shapefn.bench.copy_elimination", "models": "shapefn.bench.models"}
 
 
 def main() -> None:

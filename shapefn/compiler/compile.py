@@ -62,9 +62,7 @@ def compile(mod: tvm.IRModule, device: str = "sim", *, target=None,
     if dependence not in ("per-input", "per-op"):
         raise ValueError(f"dependence must be 'per-input' or 'per-op', got {dependence!r}")
     tvm_target = _target_for(device, target)
-    # Common subexpressions go first: exporters repeat data-dependent ops
-    # (SSD-lite runs each class's nonzero twice), and each costs a count read.
-    lowered = lower(lower_dynamic_ops(relax.transform.EliminateCommonSubexpr()(mod)))
+    lowered = lower(lower_dynamic_ops(mod))
     codegen = ModuleCodegen(lowered, all_host=(device == "host"))
     program = codegen.run()
     kernels = {gv.name_hint: f for gv, f in lowered.functions.items()

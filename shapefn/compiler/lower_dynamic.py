@@ -10,6 +10,7 @@ view of the exact result. Everything else is left to TVM.
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from .. import kernels
@@ -20,6 +21,7 @@ _FROM_TENSOR_TO_SHAPE = {"relax.reshape", "relax.full", "relax.zeros", "relax.on
                          "relax.image.resize2d"}
 
 
+_COUNT_SIZED = {"relax.nonzero", "relax.unique", "relax.vision.all_class_non_max_suppression"}
 _BROADCASTING = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.floor_divide",
                  "relax.power", "relax.maximum", "relax.minimum", "relax.equal", "relax.not_equal",
                  "relax.less", "relax.less_equal", "relax.greater", "relax.greater_equal", "relax.logical_and",
@@ -48,6 +50,7 @@ class _Lowering(relax.PyExprMutator):
         super().__init__(mod)
         self._mod = mod
         self._kernels: dict[str, relax.GlobalVar] = {}
+        self._seen: list[dict] = [{}]  # per scope: count-sized call -> its lowered value
 
     def run(self) -> tvm.IRModule:
         for gv, func in self._mod.functions.items():
@@ -70,19 +73,32 @@ class _Lowering(relax.PyExprMutator):
             return value.args[0]
         return None
 
+    def visit_seq_expr_(self, seq: relax.SeqExpr) -> relax.Expr:
+        self._seen.append({})
+        try:
+            return super().visit_seq_expr_(seq)
+        finally:
+            self._seen.pop()
+
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
         name = getattr(call.op, "name", None)
+        if name in _COUNT_SIZED:
+            # Exporters repeat these (SSD-lite runs each class's nonzero twice)
+            # and each costs a read of its count: compute each once per scope.
+            k = tvm_ffi.StructuralKey(call)
+            for scope in reversed(self._seen):
+                if k in scope:
+                    return scope[k]
+            lowered = self._nonzero(call) if name == "relax.nonzero" else (
+                self._unique(call) if name == "relax.unique" else self._nms(call))
+            bound = self.builder_.emit(lowered)
+            self._seen[-1][k] = bound
+            return bound
         if name == "relax.dynamic_strided_slice":
             return self._strided_slice(call)
         if name in _FROM_TENSOR_TO_SHAPE:
             return self._from_runtime_shape(call, name)
-        if name == "relax.nonzero":
-            return self._nonzero(call)
-        if name == "relax.unique":
-            return self._unique(call)
-        if name == "relax.vision.all_class_non_max_suppression":
-            return self._nms(call)
         if _unknown_shape(call) and name in _BROADCASTING:
             return self._broadcasting(call)
         if _unknown_shape(call) and name == "relax.concat":

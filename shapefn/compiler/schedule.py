@@ -7,8 +7,9 @@ runs all other ready work first and issues the readbacks that are ready at
 the same time as one group: one sync per phase of the graph.
 
 Dependencies: a binding follows the bindings that define the vars and size
-variables it uses, and every earlier binding touching the same var (kernels
-write into their arguments, so readers and writers keep their order).
+variables it uses; a kernel writing its freshly allocated outputs, and a kill
+freeing a value, follow every earlier reader of them. Readers of the same
+value are not ordered among themselves.
 """
 from __future__ import annotations
 
@@ -25,27 +26,58 @@ def is_readback(binding) -> bool:
             and getattr(value.op, "name", None) == "relax.tensor_to_shape")
 
 
+_KILLS = {"relax.memory.kill_tensor", "relax.memory.kill_storage", "relax.vm.kill_object"}
+
+
+def _writes(binding, allocated: set[int]) -> set[int]:
+    """Vars a binding writes: the freshly allocated outputs a kernel call is
+    handed (it writes them in place), or the value a kill frees."""
+    value = binding.value
+    if not isinstance(value, relax.Call):
+        return set()
+    if getattr(value.op, "name", None) in _KILLS:
+        return {key(value.args[0])}
+    if isinstance(value.op, (relax.GlobalVar, relax.ExternFunc)):
+        out = {key(a) for a in value.args if isinstance(a, relax.Var) and key(a) in allocated}
+        allocated.difference_update(out)  # written once; later uses read it
+        return out
+    return set()
+
+
 def schedule(bindings) -> list[list]:
     """The bindings as emission groups, in an order that respects every
     dependency: a group is one binding, or several readbacks to batch."""
     n = len(bindings)
     if n < 2:
         return [[b] for b in bindings]
-    last_touch: dict[int, int] = {}
+    last_write: dict[int, int] = {}
+    readers: dict[int, list[int]] = {}
     size_defs: dict[int, int] = {}
+    allocated: set[int] = set()
     succs: list[list[int]] = [[] for _ in range(n)]
     indegree = [0] * n
     for i, b in enumerate(bindings):
+        writes = _writes(b, allocated)
         preds = set()
         for var in relax.analysis.free_vars(b.value):
             k = key(var)
-            if k in last_touch:
-                preds.add(last_touch[k])
-            last_touch[k] = i
+            if k in writes:
+                continue
+            if k in last_write:
+                preds.add(last_write[k])
+            readers.setdefault(k, []).append(i)
+        for k in writes:
+            # A kernel's output (or a freed value) waits for earlier readers and writers.
+            if k in last_write:
+                preds.add(last_write[k])
+            preds.update(readers.pop(k, ()))
+            last_write[k] = i
         for sym in relax.analysis.free_symbolic_vars(b.value):
             if key(sym) in size_defs:
                 preds.add(size_defs[key(sym)])
-        last_touch[key(b.var)] = i
+        last_write[key(b.var)] = i
+        if isinstance(b.value, relax.Call) and getattr(b.value.op, "name", None) == "relax.builtin.alloc_tensor":
+            allocated.add(key(b.var))
         if isinstance(b, relax.MatchCast):
             for sym in relax.analysis.definable_tir_vars_in_type(b.ty):
                 size_defs.setdefault(key(sym), i)

@@ -1,0 +1,111 @@
+"""Detection models end to end: torchvision's SSD-lite and Faster R-CNN
+(weight-free graphs in tests/data, materialized with seed 0).
+
+Per model: compile seconds with an empty kernel cache (cold) and with the
+cache it filled (warm); per input size: inference wall seconds (median of
+``--repeat``) and the counters of one inference in ``per-op`` and
+``per-input`` modes, with onnxruntime's wall seconds for reference.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import pathlib
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+from .. import config, devices
+from ..compiler import compile as compile_relax
+from ..frontend import from_onnx
+from ..vm import VirtualMachine
+
+MODELS = ["ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn"]
+SIZES = [(320, 320), (256, 384)]
+
+
+def _data_dir(path: str | None) -> pathlib.Path:
+    if path:
+        return pathlib.Path(path)
+    here = pathlib.Path(__file__).resolve()
+    for candidate in (here.parents[2] / "tests" / "data", pathlib.Path.cwd() / "tests" / "data"):
+        if (candidate / "materialize.py").exists():
+            return candidate
+    raise SystemExit("models: cannot find tests/data (run from the repository, or pass --data)")
+
+
+def _materialize(data: pathlib.Path, name: str):
+    import onnx
+
+    spec = importlib.util.spec_from_file_location("materialize", data / "materialize.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.materialize_model(onnx.load(data / f"{name}.graph.onnx"), seed=0)
+
+
+def _timed(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(name: str, data: pathlib.Path, repeat: int) -> dict:
+    import onnxruntime as ort
+
+    proto = _materialize(data, name)
+    result: dict = {}
+    with tempfile.TemporaryDirectory() as cache:
+        config.set_cache_dir(cache)
+        try:
+            start = time.perf_counter()
+            exe = compile_relax(from_onnx(proto), "sim")
+            result["compile_cold_s"] = time.perf_counter() - start
+            start = time.perf_counter()
+            compile_relax(from_onnx(proto), "sim")
+            result["compile_warm_s"] = time.perf_counter() - start
+        finally:
+            config.set_cache_dir(None)
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    sim = devices.sim()
+    for h, w in SIZES:
+        image = np.random.default_rng(1).uniform(0, 1, (3, h, w)).astype(np.float32)
+        entry: dict = {}
+        for mode in ("per-op", "per-input"):
+            vm = VirtualMachine(exe, sim, dependence=mode)
+            vm(image)
+            vm.reset_counters()
+            vm(image)
+            entry[mode.replace("-", "_")] = vm.counters
+        vm = VirtualMachine(exe, sim)
+        entry["wall_s"] = _timed(lambda: [t.numpy() for t in vm(image)], repeat)
+        entry["onnxruntime_wall_s"] = _timed(lambda: session.run(None, {"image": image}), repeat)
+        result[f"{h}x{w}"] = entry
+    return result
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m shapefn.bench models", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--models", nargs="*", default=MODELS, choices=MODELS)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--data", help="directory with the .graph.onnx files and materialize.py")
+    args = parser.parse_args(argv)
+    data = _data_dir(args.data)
+    results = {name: measure(name, data, args.repeat) for name in args.models}
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    for name, r in results.items():
+        print(f"{name}: compile {r['compile_cold_s']:.1f} s cold, {r['compile_warm_s']:.1f} s warm")
+        for size in (f"{h}x{w}" for h, w in SIZES):
+            e = r[size]
+            print(f"  {size}: {e['wall_s']:.3f} s (onnxruntime {e['onnxruntime_wall_s']:.3f} s); "
+                  f"d2h bytes per-op {e['per_op']['d2h_bytes']:,} / per-input {e['per_input']['d2h_bytes']:,}; "
+                  f"syncs {e['per_input']['syncs']}")

@@ -1,0 +1,272 @@
+"""The ONNX operators of torchvision's SSD-lite and Faster R-CNN exports
+(opset 11), one small model each, used the way those models use them:
+imported with shapefn.from_onnx, compiled once, run at several shapes or
+values on a strict sim and compared with onnxruntime. Element-wise,
+layout and network ops here; ops whose shapes come from values in
+test_onnx_ops_dynamic.py."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+F, I64, I32, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
+rng = np.random.default_rng(0)
+
+
+def model(nodes, inputs, outputs, inits=()):
+    """An opset-11 model like the detection exports. ``inputs``/``outputs`` are
+    ``(name, elem_type, shape)``; ``inits`` maps names to numpy values."""
+    graph = helper.make_graph(
+        nodes, "t", [helper.make_tensor_value_info(*i) for i in inputs],
+        [helper.make_tensor_value_info(*o) for o in outputs],
+        initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=6)
+
+
+def node(op, ins, outs, **attrs):
+    return helper.make_node(op, ins, outs, **attrs)
+
+
+def uniform(shape, lo=-3.0, hi=3.0):
+    return rng.uniform(lo, hi, shape).astype(np.float32)
+
+
+def unary(op, lo=-3.0, hi=3.0, **attrs):
+    m = model([node(op, ["x"], ["y"], **attrs)], [("x", F, ["N", 5])], [("y", F, None)])
+    return m, [[uniform((n, 5), lo, hi)] for n in (3, 1, 0)]
+
+
+def binary(op, dtype=F):
+    """``x[N, 4] op c[4]`` and ``x[N, 4] op s`` (a scalar constant) like box arithmetic."""
+    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
+    c = np.array([1.5, 2.0, 3.0, 4.5] if dtype == F else [1, 2, 3, 4], np_dtype)
+    m = model([node(op, ["x", "c"], ["y"]), node(op, ["x", "s"], ["z"])],
+              [("x", dtype, ["N", 4])], [("y", dtype, None), ("z", dtype, None)],
+              {"c": c, "s": np.array(2, np_dtype)})
+    values = (lambda n: uniform((n, 4), 0.5, 9)) if dtype == F else (lambda n: rng.integers(0, 600, (n, 4)))
+    return m, [[values(n)] for n in (5, 2, 0)]
+
+
+CASES = {
+    # Unary (the backbone's activations and the box coder's transforms).
+    "Exp": lambda: unary("Exp"),
+    "Log": lambda: unary("Log", 0.1, 9),
+    "Sqrt": lambda: unary("Sqrt", 0.0, 9),
+    "Reciprocal": lambda: unary("Reciprocal", 0.5, 9),
+    "Sigmoid": lambda: unary("Sigmoid"),
+    "Floor": lambda: unary("Floor"),
+    "Ceil": lambda: unary("Ceil"),
+    "Relu": lambda: unary("Relu"),
+    "Identity": lambda: unary("Identity"),
+    "HardSigmoid": lambda: unary("HardSigmoid", -8, 8, alpha=1 / 6),
+    # Binary, broadcasting a constant row or scalar.
+    **{f"{op}-float": (lambda op=op: binary(op)) for op in ("Add", "Sub", "Mul", "Div", "Max", "Min")},
+    **{f"{op}-int64": (lambda op=op: binary(op, I64)) for op in ("Add", "Sub", "Mul", "Div")},
+}
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_elementwise(onnx_check, case):
+    onnx_check(*CASES[case]())
+
+
+def compare_cases():
+    scores = lambda n: uniform((n,), -0.01, 0.1)  # noqa: E731
+    yield "Greater", model([node("Greater", ["x", "t"], ["y"])], [("x", F, ["N"])], [("y", B, None)],
+                           {"t": np.float32(0.001)}), [[scores(n)] for n in (7, 0)]
+    yield "Less", model([node("Less", ["x", "t"], ["y"])], [("x", F, ["N"])], [("y", B, None)],
+                        {"t": np.float32(0.05)}), [[scores(n)] for n in (7, 1)]
+    yield "Equal", model([node("Equal", ["x", "z"], ["y"])], [("x", I64, ["N"])], [("y", B, None)],
+                         {"z": np.int64(0)}), [[rng.integers(0, 3, n)] for n in (9, 0)]
+    yield "Not-And", model([node("Not", ["a"], ["na"]), node("Not", ["b"], ["nb"]), node("And", ["na", "nb"], ["y"])],
+                           [("a", B, ["N"]), ("b", B, ["N"])], [("y", B, None)]), \
+        [[rng.random(n) < 0.5, rng.random(n) < 0.5] for n in (8, 0)]
+    # Faster R-CNN: the expanded shape where a dimension is -1 (Expand's "keep").
+    yield "Where-int64", model([node("Equal", ["s", "m"], ["c"]), node("Where", ["c", "one", "s"], ["y"])],
+                               [("s", I64, [4]), ("m", I64, [4])], [("y", I64, None)], {"one": np.ones(4, np.int64)}), \
+        [[np.array([3, -1, 7, 7]), np.array([3, -1, 1, 1]) * -1], [np.array([-1, 2, -1, 5]), np.array([-1, 2, 1, 1])]]
+    yield "Where-float", model([node("Where", ["c", "a", "b"], ["y"])], [("c", B, ["N", 1]), ("a", F, ["N", 4]),
+                                                                         ("b", F, [4])], [("y", F, None)]), \
+        [[rng.random((n, 1)) < 0.5, uniform((n, 4)), uniform(4)] for n in (6, 0)]
+
+
+COMPARE = {name: (m, feeds) for name, m, feeds in compare_cases()}
+
+
+@pytest.mark.parametrize("case", list(COMPARE), ids=list(COMPARE))
+def test_compare_and_logic(onnx_check, case):
+    onnx_check(*COMPARE[case])
+
+
+def cast_case(src, to, values):
+    m = model([node("Cast", ["x"], ["y"], to=to)], [("x", src, ["N"])], [("y", to, None)])
+    return m, [[values(n)] for n in (6, 0)]
+
+
+CASTS = {
+    "float-int64": cast_case(F, I64, lambda n: uniform(n, -600, 600)),
+    "int64-float": cast_case(I64, F, lambda n: rng.integers(-600, 600, n)),
+    "int64-int32": cast_case(I64, I32, lambda n: rng.integers(0, 20000, n)),
+    "int32-int64": cast_case(I32, I64, lambda n: rng.integers(0, 20000, n).astype(np.int32)),
+    "bool-int64": cast_case(B, I64, lambda n: rng.random(n) < 0.5),
+    "bool-float": cast_case(B, F, lambda n: rng.random(n) < 0.5),
+    "int64-bool": cast_case(I64, B, lambda n: rng.integers(0, 3, n)),
+    "float-float": cast_case(F, F, lambda n: uniform(n)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASTS), ids=list(CASTS))
+def test_cast(onnx_check, case):
+    onnx_check(*CASTS[case])
+
+
+def clip_case(ins, inits, extra_inputs=(), extra_feeds=lambda: []):
+    m = model([node("Clip", ins, ["y"])], [("x", F, ["N", 3]), *extra_inputs], [("y", F, None)], inits)
+    return m, [[uniform((n, 3), -9, 9), *extra_feeds()] for n in (4, 0)]
+
+
+CLIPS = {
+    "relu6": clip_case(["x", "lo", "hi"], {"lo": np.float32(0), "hi": np.float32(6)}),  # the backbone
+    "max-only": clip_case(["x", "", "hi"], {"hi": np.float32(4.135166645)}),  # the box coder's dw/dh clamp
+    "min-only": clip_case(["x", "lo"], {"lo": np.float32(-1)}),
+    "min-equals-max": clip_case(["x", "lo", "hi"], {"lo": np.float32(5), "hi": np.float32(5)}),  # FPN level map
+    "runtime-bounds": clip_case(["x", "lo", "hi"], {}, [("lo", F, []), ("hi", F, [])],
+                                lambda: [np.array(rng.uniform(-5, 0), np.float32), np.array(rng.uniform(0, 5), np.float32)]),
+}
+
+
+@pytest.mark.parametrize("case", list(CLIPS), ids=list(CLIPS))
+def test_clip(onnx_check, case):
+    onnx_check(*CLIPS[case])
+
+
+def reduce_cases():
+    # K = min(number of anchors, pre_nms_top_n): ReduceMin over [Gather(Shape(x), 1), 150].
+    yield "ReduceMin-of-shape", model(
+        [node("Shape", ["x"], ["s"]), node("Gather", ["s", "one"], ["n"], axis=0),
+         node("Unsqueeze", ["n"], ["n1"], axes=[0]), node("Concat", ["top", "n1"], ["c"], axis=0),
+         node("ReduceMin", ["c"], ["y"], keepdims=0)],
+        [("x", F, [1, "N"])], [("y", I64, None)], {"one": np.int64(1), "top": np.array([150], np.int64)}), \
+        [[uniform((1, n))] for n in (400, 20, 0)]
+    # The transform's min/max over the image's (H, W).
+    for op in ("ReduceMin", "ReduceMax"):
+        yield f"{op}-of-hw", model(
+            [node("Shape", ["x"], ["s"]), node("Slice", ["s", "b", "e"], ["hw"]),
+             node(op, ["hw"], ["y"], keepdims=0)],
+            [("x", F, [3, "H", "W"])], [("y", I64, None)], {"b": np.array([-2]), "e": np.array([2 ** 63 - 1])}), \
+            [[uniform((3, h, w))] for h, w in ((4, 6), (7, 2))]
+    # batched NMS's max_coordinate: over every element of boxes [N, 4].
+    yield "ReduceMax-all", model([node("ReduceMax", ["x"], ["y"], keepdims=0)], [("x", F, ["N", 4])],
+                                 [("y", F, None)]), [[uniform((n, 4), 0, 320)] for n in (5, 1)]
+    yield "ReduceMax-axis", model([node("ReduceMax", ["x"], ["y"], axes=[1], keepdims=0)], [("x", F, ["N", 4])],
+                                  [("y", F, None)]), [[uniform((n, 4))] for n in (5, 0)]
+    # The If condition: ReduceProd(Shape(boxes)) == 0.
+    yield "ReduceProd-of-shape", model(
+        [node("Shape", ["x"], ["s"]), node("ReduceProd", ["s"], ["p"], keepdims=0),
+         node("Equal", ["p", "z"], ["y"])],
+        [("x", F, ["N", 4])], [("y", B, None)], {"z": np.int64(0)}), [[uniform((n, 4))] for n in (3, 0)]
+    yield "ReduceProd-value", model([node("ReduceProd", ["x"], ["y"], keepdims=0)], [("x", I64, ["N"])],
+                                    [("y", I64, None)]), [[rng.integers(1, 9, n)] for n in (4, 1)]
+
+
+REDUCES = {name: (m, feeds) for name, m, feeds in reduce_cases()}
+
+
+@pytest.mark.parametrize("case", list(REDUCES), ids=list(REDUCES))
+def test_reduce(onnx_check, case):
+    onnx_check(*REDUCES[case])
+
+
+def network_cases():
+    c = 8
+    w3 = (rng.standard_normal((c, 1, 3, 3)) / 3).astype(np.float32)
+    w1 = (rng.standard_normal((16, c, 1, 1)) / 3).astype(np.float32)
+    bias = uniform(c, -0.1, 0.1)
+    images = [[uniform((1, c, h, w))] for h, w in ((10, 14), (7, 5), (1, 1))]
+    yield "Conv-depthwise", model(
+        [node("Conv", ["x", "w", "b"], ["y"], group=c, kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2],
+              dilations=[1, 1])], [("x", F, [1, c, "H", "W"])], [("y", F, None)], {"w": w3, "b": bias}), images
+    yield "Conv-pointwise", model(
+        [node("Conv", ["x", "w"], ["y"], kernel_shape=[1, 1], pads=[0, 0, 0, 0], strides=[1, 1])],
+        [("x", F, ["N", c, "H", "W"])], [("y", F, None)], {"w": w1}), \
+        [[uniform((n, c, h, w))] for n, h, w in ((2, 5, 6), (1, 3, 3))]
+    yield "Conv-5x5", model(
+        [node("Conv", ["x", "w", "b"], ["y"], group=c, kernel_shape=[5, 5], pads=[2, 2, 2, 2], strides=[1, 1])],
+        [("x", F, [1, c, "H", "W"])], [("y", F, None)],
+        {"w": (rng.standard_normal((c, 1, 5, 5)) / 5).astype(np.float32), "b": bias}), images
+    yield "GlobalAveragePool", model([node("GlobalAveragePool", ["x"], ["y"])], [("x", F, [1, c, "H", "W"])],
+                                     [("y", F, None)]), images
+    # FPN's extra level: a 1x1 max pool with stride 2.
+    yield "MaxPool", model([node("MaxPool", ["x"], ["y"], kernel_shape=[1, 1], strides=[2, 2], pads=[0, 0, 0, 0],
+                                 ceil_mode=0, dilations=[1, 1])], [("x", F, [1, c, "H", "W"])], [("y", F, None)]), images
+    yield "Gemm", model([node("Gemm", ["x", "w", "b"], ["y"], alpha=1.0, beta=1.0, transB=1)], [("x", F, ["N", 12])],
+                        [("y", F, None)], {"w": uniform((10, 12), -0.3, 0.3), "b": uniform(10)}), \
+        [[uniform((n, 12))] for n in (4, 1, 0)]
+    yield "Softmax-axis1", model([node("Softmax", ["x"], ["y"], axis=1)], [("x", F, ["N", 91])], [("y", F, None)]), \
+        [[uniform((n, 91), -5, 5)] for n in (3, 0)]
+    yield "Softmax-axis2", model([node("Softmax", ["x"], ["y"], axis=2)], [("x", F, [1, "N", 91])],
+                                 [("y", F, None)]), [[uniform((1, n, 91), -5, 5)] for n in (3, 1)]
+    for axis in (1, 2, -1):
+        yield f"Flatten-axis{axis}", model([node("Flatten", ["x"], ["y"], axis=axis)], [("x", F, ["N", 4, 7, 3])],
+                                           [("y", F, None)]), [[uniform((n, 4, 7, 3))] for n in (2, 0)]
+
+
+NETWORK = {name: (m, feeds) for name, m, feeds in network_cases()}
+
+
+@pytest.mark.parametrize("case", list(NETWORK), ids=list(NETWORK))
+def test_network(onnx_check, case):
+    onnx_check(*NETWORK[case])
+
+
+def layout_cases():
+    yield "Transpose-5d", model([node("Transpose", ["x"], ["y"], perm=[0, 3, 4, 1, 2])],
+                                [("x", F, [1, 6, 4, "H", "W"])], [("y", F, None)]), \
+        [[uniform((1, 6, 4, h, w))] for h, w in ((3, 5), (2, 1))]
+    yield "Transpose-2d", model([node("Transpose", ["x"], ["y"], perm=[1, 0])], [("x", I64, ["N", 2])],
+                                [("y", I64, None)]), [[rng.integers(0, 9, (n, 2))] for n in (5, 0)]
+    for axes in ([-1], [0], [1], [2], [3]):
+        yield f"Unsqueeze{axes}", model([node("Unsqueeze", ["x"], ["y"], axes=axes)], [("x", F, ["N", 2, 3])],
+                                        [("y", F, None)]), [[uniform((n, 2, 3))] for n in (4, 0)]
+    for axis in (0, 1):
+        shape = ["N", 1, 4] if axis else [1, "N", 4]
+        yield f"Squeeze[{axis}]", model([node("Squeeze", ["x"], ["y"], axes=[axis])], [("x", F, shape)],
+                                        [("y", F, None)]), \
+            [[uniform([n if d == "N" else d for d in shape])] for n in (3, 0)]
+    for axis in (0, 1, 2, -1):  # each input with its own size along the axis
+        shape = lambda size: [size if i == axis % 3 else 2 for i in range(3)]  # noqa: E731
+        yield f"Concat-axis{axis}", model([node("Concat", ["a", "b", "c"], ["y"], axis=axis)],
+                                          [(k, F, shape(k.upper())) for k in "abc"], [("y", F, None)]), \
+            [[uniform(shape(n + j)) for j in range(3)] for n in (1, 0)]
+    yield "Split-4", model([node("Split", ["x"], ["a", "b", "c", "d"], axis=1, split=[1, 1, 1, 1])],
+                           [("x", F, ["N", 4])], [(k, F, None) for k in "abcd"]), [[uniform((n, 4))] for n in (5, 0)]
+    yield "Split-1", model([node("Split", ["x"], ["y"], axis=0, split=[1])], [("x", I64, [1, "N"])],
+                           [("y", I64, None)]), [[rng.integers(0, 9, (1, n))] for n in (5, 0)]
+    yield "Split-squeeze", model([node("Split", ["x"], ["a", "b"], axis=1, split=[1, 1]),
+                                  node("Squeeze", ["a"], ["y"], axes=[1]), node("Squeeze", ["b"], ["z"], axes=[1])],
+                                 [("x", I64, ["N", 2])], [("y", I64, None), ("z", I64, None)]), \
+        [[rng.integers(0, 9, (n, 2))] for n in (5, 0)]
+    yield "Gather-scalar-axis0", model([node("Gather", ["x", "i"], ["y"], axis=0)], [("x", F, [6, "N"])],
+                                       [("y", F, None)], {"i": np.int64(2)}), [[uniform((6, n))] for n in (3, 0)]
+    yield "Gather-scalar-axis1", model([node("Gather", ["x", "i"], ["y"], axis=1)], [("x", I64, ["N", 3])],
+                                       [("y", I64, None)], {"i": np.int64(1)}), \
+        [[rng.integers(0, 9, (n, 3))] for n in (4, 0)]
+    # Gathering the scores TopK chose, and the boxes NMS kept.
+    yield "Gather-runtime-indices", model([node("Gather", ["x", "i"], ["y"], axis=0)],
+                                          [("x", F, ["N", 4]), ("i", I64, ["K"])], [("y", F, None)]), \
+        [[uniform((6, 4)), np.array([5, 0, 2])], [uniform((3, 4)), np.zeros(0, np.int64)],
+         [uniform((2, 4)), np.array([1, 1, 0, 1])]]
+    yield "Gather-runtime-axis1", model([node("Gather", ["x", "i"], ["y"], axis=1)],
+                                        [("x", F, [1, "N"]), ("i", I64, [1, "K"])], [("y", F, None)]), \
+        [[uniform((1, 6)), np.array([[5, 0, 2]])], [uniform((1, 3)), np.zeros((1, 0), np.int64)]]
+    yield "Shape-Constant-Identity", model(
+        [node("Shape", ["x"], ["s"]), node("Constant", [], ["c"], value=numpy_helper.from_array(np.array([7, 1]))),
+         node("Identity", ["c"], ["ci"]), node("Concat", ["s", "ci"], ["y"], axis=0)],
+        [("x", F, ["N", "M"])], [("y", I64, None)]), [[uniform((n, m))] for n, m in ((3, 5), (0, 2))]
+
+
+LAYOUT = {name: (m, feeds) for name, m, feeds in layout_cases()}
+
+
+@pytest.mark.parametrize("case", list(LAYOUT), ids=list(LAYOUT))
+def test_layout(onnx_check, case):
+    onnx_check(*LAYOUT[case])
