@@ -89,11 +89,24 @@ def compare_cases():
         [[rng.random((n, 1)) < 0.5, uniform((n, 4)), uniform(4)] for n in (6, 0)]
 
 
-COMPARE = {name: (m, feeds) for name, m, feeds in compare_cases()}
+def broadcast_cases():
+    """Operands whose sizes come from different values (batched NMS's
+    ``boxes + offsets[:, None]``), equal or 1 only at run time."""
+    yield "Add-unrelated-rows", model([node("Add", ["a", "b"], ["y"])], [("a", F, ["N", 4]), ("b", F, ["M", 1])],
+                                      [("y", F, None)]), \
+        [[uniform((n, 4)), uniform((m, 1))] for n, m in ((5, 5), (3, 1), (1, 4), (0, 0))]
+    yield "Min-unrelated", model([node("Min", ["a", "b"], ["y"])], [("a", F, ["N"]), ("b", F, ["M"])],
+                                 [("y", F, None)]), [[uniform(n), uniform(m)] for n, m in ((6, 6), (1, 3), (4, 1))]
+    yield "Mul-outer", model([node("Mul", ["a", "b"], ["y"])], [("a", I64, ["N", 1]), ("b", I64, [1, "M"])],
+                             [("y", I64, None)]), [[rng.integers(0, 9, (n, 1)), rng.integers(0, 9, (1, m))]
+                                                   for n, m in ((3, 4), (1, 2), (0, 5))]
+
+
+COMPARE = {name: (m, feeds) for gen in (compare_cases, broadcast_cases) for name, m, feeds in gen()}
 
 
 @pytest.mark.parametrize("case", list(COMPARE), ids=list(COMPARE))
-def test_compare_and_logic(onnx_check, case):
+def test_compare_logic_broadcast(onnx_check, case):
     onnx_check(*COMPARE[case])
 
 
@@ -193,6 +206,10 @@ def network_cases():
         [node("Conv", ["x", "w", "b"], ["y"], group=c, kernel_shape=[5, 5], pads=[2, 2, 2, 2], strides=[1, 1])],
         [("x", F, [1, c, "H", "W"])], [("y", F, None)],
         {"w": (rng.standard_normal((c, 1, 5, 5)) / 5).astype(np.float32), "b": bias}), images
+    yield "Conv-3x3", model(
+        [node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1])],
+        [("x", F, [1, c, "H", "W"])], [("y", F, None)],
+        {"w": (rng.standard_normal((4, c, 3, 3)) / 8).astype(np.float32), "b": uniform(4, -0.1, 0.1)}), images
     yield "GlobalAveragePool", model([node("GlobalAveragePool", ["x"], ["y"])], [("x", F, [1, c, "H", "W"])],
                                      [("y", F, None)]), images
     # FPN's extra level: a 1x1 max pool with stride 2.

@@ -66,7 +66,19 @@ def expand_cases():
         [node("Reshape", ["i", "s4"], ["r"]), node("Expand", ["r", "shape"], ["y"])],
         [("i", I64, ["R"]), ("shape", I64, [4])], [("y", I64, None)], {"s4": i64(-1, 1, 1, 1)}), \
         [[i64(3, 0, 2), i64(3, 2, 7, 7)], [i64(5), i64(1, 4, 2, 3)], [np.zeros(0, np.int64), i64(0, 2, 7, 7)],
-         [i64(1, 2), i64(-1, 1, 3, 1)]]
+         [i64(7), i64(3, 2, 2, 2)]]  # R = 1 broadcast to 3
+    # MultiScaleRoIAlign: index.view(-1, 1, 1, 1).expand(R, C, 7, 7), exported
+    # with torch's -1 rule as Where(Equal(shape, -1), 1, shape).
+    dims = [shape_dim("r", 0, "d0"), *(shape_dim("u", a, f"d{a}") for a in (1, 2, 3))]
+    yield "Expand-Where-shape", model(
+        [node("Reshape", ["idx", "s4"], ["r"]), *(n for nodes, _ in dims for n in nodes),
+         node("Concat", ["d0", "d1", "d2", "d3"], ["s"], axis=0), node("Shape", ["s"], ["ss"]),
+         node("ConstantOfShape", ["ss"], ["ones"], value=numpy_helper.from_array(i64(1))),
+         node("Mul", ["ones", "minus1"], ["neg"]), node("Equal", ["s", "neg"], ["eq"]),
+         node("Where", ["eq", "ones", "s"], ["shape"]), node("Expand", ["r", "shape"], ["y"])],
+        [("idx", I64, ["R"]), ("u", F, ["R", 3, 7, 7])], [("y", I64, None)],
+        {"s4": i64(-1, 1, 1, 1), "minus1": np.int64(-1), **{k: v for _, i in dims for k, v in i.items()}}), \
+        [[rng.integers(0, 9, r), uniform((r, 3, 7, 7))] for r in (4, 1, 0)]
     # Faster R-CNN: a row [1, M] expanded to Shape(y) [N, M], N at times 1.
     yield "Expand-to-Shape", model([node("Shape", ["b"], ["s"]), node("Expand", ["a", "s"], ["y"])],
                                    [("a", I64, [1, "M"]), ("b", F, ["N", "M"])], [("y", I64, None)]), \
@@ -133,6 +145,18 @@ def pad_resize_cases():
                                      [("x", F, ["H", "W"]), ("p", I64, [4]), ("v", F, [])], [("y", F, None)]), \
         [[uniform((2, 3)), i64(1, 0, 0, 2), np.array(-1.5, np.float32)], [uniform((0, 3)), i64(0, 0, 2, 1),
                                                                            np.array(7, np.float32)]]
+    # torch's F.pad as exported: Concat(pads, zeros) -> [-1, 2] -> reversed ->
+    # transposed -> flat ONNX pads, from a runtime [left, right, top, bottom].
+    yield "Pad-torch-chain", model(
+        [node("Shape", ["p"], ["ps"]), node("Sub", ["six", "ps"], ["nz"]),
+         node("ConstantOfShape", ["nz"], ["z"], value=numpy_helper.from_array(i64(0))),
+         node("Concat", ["p", "z"], ["c"], axis=0), node("Reshape", ["c", "pairs"], ["r"]),
+         node("Slice", ["r", "m1", "end", "zero", "m1"], ["rev"]), node("Transpose", ["rev"], ["t"], perm=[1, 0]),
+         node("Reshape", ["t", "m1"], ["flat"]), node("Cast", ["flat"], ["pads"], to=I64),
+         node("Pad", ["x", "pads"], ["y"], mode="constant")],
+        [("x", F, [3, "H", "W"]), ("p", I64, [4])], [("y", F, None)],
+        {"six": i64(6), "pairs": i64(-1, 2), "m1": i64(-1), "end": i64(-INT64_MAX), "zero": i64(0)}), \
+        [[uniform((3, 5, 6)), i64(0, 2, 0, 3)], [uniform((3, 4, 4)), i64(0, 0, 0, 0)], [uniform((3, 1, 2)), i64(1, 0, 2, 0)]]
     # The transform's resize: sizes = Concat(Shape(x)[0:2], runtime (h, w)), linear.
     yield "Resize-linear-sizes", model(
         [node("Shape", ["x"], ["s"]), node("Slice", ["s", "b", "e", "a"], ["nc"]),
@@ -142,16 +166,18 @@ def pad_resize_cases():
         [("x", F, [1, 3, "H", "W"]), ("hw", I64, [2])], [("y", F, None)],
         {"b": i64(0), "e": i64(2), "a": i64(0), "roi": np.zeros(0, np.float32), "scales": np.zeros(0, np.float32)}), \
         [[uniform((1, 3, 6, 5)), i64(8, 7)], [uniform((1, 3, 8, 8)), i64(3, 5)], [uniform((1, 3, 4, 4)), i64(4, 4)]]
-    # FPN's top-down path: nearest/asymmetric/floor to the lateral feature's H, W.
+    # FPN's top-down path: nearest/asymmetric/floor to the lateral feature's
+    # size, Concat(Shape(x)[0:2], Cast(Concat(Gather(Shape(lat), 2), Gather(Shape(lat), 3)))).
+    dims = [shape_dim("lat", a, f"d{a}") for a in (2, 3)]
     yield "Resize-nearest-to-shape", model(
         [node("Shape", ["x"], ["s"]), node("Slice", ["s", "b", "e", "a"], ["nc"]),
-         node("Shape", ["lat"], ["ls"]), node("Slice", ["ls", "e", "f", "a"], ["hw"]),
-         node("Concat", ["nc", "hw"], ["sizes"], axis=0),
+         *(n for nodes, _ in dims for n in nodes), node("Concat", ["d2", "d3"], ["hw"], axis=0),
+         node("Cast", ["hw"], ["hw64"], to=I64), node("Concat", ["nc", "hw64"], ["sizes"], axis=0),
          node("Resize", ["x", "roi", "scales", "sizes"], ["y"], mode="nearest",
               coordinate_transformation_mode="asymmetric", nearest_mode="floor")],
         [("x", F, [1, 4, "H", "W"]), ("lat", F, [1, 4, "H2", "W2"])], [("y", F, None)],
-        {"b": i64(0), "e": i64(2), "f": i64(4), "a": i64(0), "roi": np.zeros(0, np.float32),
-         "scales": np.zeros(0, np.float32)}), \
+        {"b": i64(0), "e": i64(2), "a": i64(0), "roi": np.zeros(0, np.float32), "scales": np.zeros(0, np.float32),
+         **{k: v for _, i in dims for k, v in i.items()}}), \
         [[uniform((1, 4, h, w)), uniform((1, 4, h2, w2))] for h, w, h2, w2 in ((3, 5, 6, 10), (2, 2, 3, 4))]
 
 
@@ -198,25 +224,32 @@ def count_sized_cases():
         [[uniform((5, 3)), i64(4, 0, 4).reshape(3, 1)], [uniform((2, 3)), np.zeros((0, 1), np.int64)]]
 
 
-def nms_model(extra_inputs=(), names=("b", "s", "m", "iou")):
-    return model([node("NonMaxSuppression", list(names), ["y"])],
-                 [("b", F, [1, "N", 4]), ("s", F, [1, "C", "N"]), *extra_inputs], [("y", I64, None)],
-                 {"m": i64(INT64_MAX), "iou": np.array([0.5], np.float32)})
+def nms_model(limits=()):
+    """torchvision's batched NMS: max_output INT64_MAX, IoU threshold 0.5, no
+    score threshold; ``limits`` names the ones given as runtime inputs instead."""
+    consts = {"m": i64(INT64_MAX), "iou": np.array([0.5], np.float32)}
+    dtypes = {"m": I64, "iou": F, "t": F}
+    return model([node("NonMaxSuppression", ["b", "s", "m", "iou", *(["t"] if "t" in limits else [])], ["y"])],
+                 [("b", F, [1, "N", 4]), ("s", F, [1, "C", "N"]), *((k, dtypes[k], [1]) for k in limits)],
+                 [("y", I64, None)], {k: v for k, v in consts.items() if k not in limits})
 
 
 def boxes(n, c=1):
-    xy = rng.uniform(0, 60, (n, 2))
-    wh = rng.uniform(5, 40, (n, 2))
-    return np.concatenate([xy, xy + wh], 1)[None].astype(np.float32), rng.permutation(n * c).reshape(1, c, n).astype(
-        np.float32) / max(n * c, 1)
+    """Overlapping boxes and distinct scores in [0, 1) (one of them 0)."""
+    xy = rng.uniform(0, 30, (n, 2))
+    wh = rng.uniform(10, 40, (n, 2))
+    scores = rng.permutation(n * c).reshape(1, c, n) / max(n * c, 1)
+    return np.concatenate([xy, xy + wh], 1)[None].astype(np.float32), scores.astype(np.float32)
 
 
 def nms_cases():
-    # torchvision's batched NMS: one class, max_output INT64_MAX, iou threshold 0.5 (no score threshold).
     yield "NMS", nms_model(), [list(boxes(n)) for n in (12, 1, 0)]
     yield "NMS-classes", nms_model(), [list(boxes(n, 3)) for n in (10, 0)]
-    yield "NMS-score-threshold", nms_model([("t", F, [1])], ("b", "s", "m", "iou", "t")), \
-        [[*boxes(10), np.array([0.5], np.float32)], [*boxes(6), np.array([2.0], np.float32)]]
+    yield "NMS-runtime-limits", nms_model(("m", "iou", "t")), \
+        [[*boxes(10), i64(3), np.array([0.3], np.float32), np.array([0.5], np.float32)],
+         [*boxes(10, 2), i64(INT64_MAX), np.array([0.7], np.float32), np.array([-1], np.float32)],
+         [*boxes(6), i64(5), np.array([0.5], np.float32), np.array([2.0], np.float32)],  # no survivors
+         [*boxes(6), i64(0), np.array([0.5], np.float32), np.array([0.0], np.float32)]]
 
 
 def roi_cases():
@@ -257,7 +290,7 @@ def if_case():
          node("Gather", ["sel", "two"], ["g"], axis=1), node("Squeeze", ["g"], ["keep"], axes=[1])],
         "else", [], [helper.make_tensor_value_info("keep", I64, None)],
         [numpy_helper.from_array(v, k) for k, v in {"onef": np.float32(1), "maxo": i64(INT64_MAX),
-                                                   "iou": np.array([0.5], np.float32), "two": np.int64(2)}.items()])
+                                                   "iou": np.array([0.5], np.float32), "two": i64(2)}.items()])
     m = model([node("Shape", ["boxes"], ["s"]), node("ReduceProd", ["s"], ["p"], keepdims=0),
                node("Equal", ["p", "zero"], ["eq"]), node("Cast", ["eq"], ["c"], to=B),
                node("If", ["c"], ["kept"], then_branch=empty, else_branch=nms),

@@ -1,7 +1,7 @@
 """Placement: which tensors live on the host and which on the device.
 
-Tensor compute goes to the device. Small integer work whose inputs are all
-already on the host (``shape_of`` turned into tensors, integer constants, and
+Tensor compute goes to the device. Integer (or tiny) work whose inputs are
+all already on the host (``shape_of`` turned into tensors, constants, and
 what is computed from them) stays on the host, so that values a shape
 function reads never cross from the device. A value the device produced is
 read back only where a shape function needs it.
@@ -33,6 +33,22 @@ def is_tensor_const(expr) -> bool:
 def is_prim(expr) -> bool:
     """A scalar PrimExpr used as a Relax value (Relax's PrimValue)."""
     return isinstance(getattr(expr, "ty", None), tvm.ir.PrimType)
+
+
+# Float scalars computed from shapes (scale factors, padding of an image to a
+# stride) stay on the host with the integers they come from.
+SMALL_ELEMENTS = 64
+
+
+def is_small_tensor(ty) -> bool:
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return False
+    numel = 1
+    for d in ty.shape.values:
+        if not isinstance(d, tvm.tirx.IntImm):
+            return False
+        numel *= int(d)
+    return numel <= SMALL_ELEMENTS
 
 
 def is_integer_tensor(ty) -> bool:
@@ -108,7 +124,7 @@ def place(func: relax.Function, mod: tvm.IRModule, all_host: bool) -> Placement:
                   and key(a) not in output_keys and isinstance(a.ty, relax.TensorType)]
         on_host = all_host or (
             is_prim_func and outputs
-            and all(is_integer_tensor(o.ty) for o in outputs)
+            and all(is_integer_tensor(o.ty) or is_small_tensor(o.ty) for o in outputs)
             and all(is_tensor_const(a) or key(a) in constants or p.slot.get(key(a)) == HOST
                     for a in inputs))
         slot = HOST if on_host else DEVICE

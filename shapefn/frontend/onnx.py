@@ -39,6 +39,18 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
     def _construct_nodes(self, graph):
         for node in graph.node:
             self._construct_node(node)
+        for output in graph.output:
+            self._nodes[output.name] = self._as_tensor(self._nodes[output.name])
+
+    def _as_tensor(self, value):
+        """A graph or branch result as a tensor: ONNX values are tensors, but
+        TVM's importer keeps shape values as shapes or scalar PrimExprs."""
+        ty = getattr(value, "ty", None)
+        if isinstance(ty, relax.ShapeType):
+            return self.bb.emit(relax.op.shape_to_tensor(value))
+        if isinstance(ty, tvm.ir.PrimType):
+            return self.bb.emit(_prim_tensor(self.bb, value))
+        return value
 
     def _construct_node(self, node):
         op_name = node.op_type
@@ -79,7 +91,7 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
                 self._nodes[init.name] = relax.const(self._parse_array(init))
             for node in graph.node:
                 self._construct_node(node)
-            results = [self._nodes[o.name] for o in graph.output]
+            results = [self._as_tensor(self._nodes[o.name]) for o in graph.output]
             result = results[0] if len(results) == 1 else relax.Tuple(results)
             result = self.bb.emit(result) if not isinstance(result, relax.Var) else result
         finally:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm import relax, sym
 
 from .. import ops
 from ..compiler.shape_calls import emit_shape
@@ -92,6 +92,11 @@ def reshape(importer, inputs, attrs, opset):
     bb = importer.bb
     data, shape = _tensor(bb, inputs[0]), inputs[1]
     known_shape = isinstance(data.ty, relax.TensorType) and data.ty.shape is not None
+    if isinstance(shape, relax.ShapeExpr) and known_shape and not attrs.get("allowzero", 0):
+        # ONNX: a literal 0 copies the input's dimension (Relax would read it as 0).
+        dims = data.ty.shape.values
+        shape = relax.ShapeExpr([dims[i] if _is_int(v, 0) and i < len(dims) else v
+                                 for i, v in enumerate(shape.values)])
     if isinstance(shape, relax.ShapeExpr) or (known_shape and _const_value(importer, shape) is not None):
         return _tvm_converter(importer, "Reshape", [data, shape], attrs, opset)
     shape = _tensor(bb, shape, "int64")
@@ -103,12 +108,58 @@ def reshape(importer, inputs, attrs, opset):
 @converter("Expand")
 def expand(importer, inputs, attrs, opset):
     """ONNX Expand broadcasts both ways (numpy rules), also from dimensions
-    that are 1 only at run time — the shape function computes the result."""
+    that are 1 only at run time — the shape function computes the result,
+    unless every dimension of it is decided at import time (the shape is
+    known, e.g. ``Shape(y)``): sizes from a shape function are fresh
+    variables, and kernels indexing with them compile slowly."""
     bb = importer.bb
-    data, shape = inputs[0], _tensor(importer.bb, inputs[1], "int64")
+    data = inputs[0]
+    static = _static_broadcast(data, _shape_values(importer, inputs[1]))
+    if static is not None:
+        return relax.op.broadcast_to(data, relax.ShapeExpr(static))
+    shape = _tensor(bb, inputs[1], "int64")
     ndim = max(_ndim(data), _length(shape))
     (dims,) = emit_shape(bb, "relax.broadcast_to", [data, shape], [ndim], [1], prefix="expand")
     return relax.op.broadcast_to(data, relax.ShapeExpr(dims))
+
+
+def _shape_values(importer, expr) -> list | None:
+    """The values of a 1-D int64 shape known at import time, symbolic or not."""
+    if isinstance(expr, relax.ShapeExpr):
+        return list(expr.values)
+    value = _const_value(importer, expr)
+    if value is None or value.ndim != 1 or value.dtype != np.int64:
+        return None
+    return [tvm.tirx.IntImm("int64", int(v)) for v in value]
+
+
+def _is_int(value, n: int) -> bool:
+    return isinstance(value, tvm.tirx.IntImm) and value.value == n
+
+
+def _static_broadcast(data, values) -> list | None:
+    """Expand's result shape if each dimension is decided at import time
+    (one side is literally 1, or both are the same size), else None."""
+    ty = data.ty
+    if values is None or not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return None
+    dims = list(ty.shape.values)
+    ndim = max(len(dims), len(values))
+    one = tvm.tirx.IntImm("int64", 1)
+    dims = [one] * (ndim - len(dims)) + dims
+    values = [one] * (ndim - len(values)) + values
+    analyzer = sym.Analyzer()
+    out = []
+    for d, v in zip(dims, values):
+        if isinstance(v, tvm.tirx.IntImm) and v.value < 0:
+            return None
+        if _is_int(v, 1) or analyzer.can_prove_equal(d, v):
+            out.append(d)
+        elif _is_int(d, 1):
+            out.append(v)
+        else:
+            return None
+    return out
 
 
 @converter("ConstantOfShape")
@@ -244,11 +295,18 @@ def squeeze(importer, inputs, attrs, opset):
 @converter("Concat")
 def concat(importer, inputs, attrs, opset):
     """Concat where shape values (kept by TVM as shapes or scalars) meet
-    tensors: all become 1-D int64 tensors first."""
+    tensors. With constant int64 vectors only, the result is a shape
+    (``[N, -1, 4, H, W]`` for a Reshape), whose sizes stay expressions of
+    the inputs' sizes: a tensor would make its consumer's sizes fresh
+    variables from a shape function. With runtime tensors, all become 1-D
+    int64 tensors."""
     values = [v for v in inputs if v is not None]
     kinds = {type(v.ty).__name__ for v in values}
     if "TensorType" not in kinds or kinds == {"TensorType"}:
         return NotImplemented
+    shape = _concat_shape(importer, values)
+    if shape is not None:
+        return shape
     bb = importer.bb
     tensors = []
     for v in values:
@@ -260,3 +318,73 @@ def concat(importer, inputs, attrs, opset):
             v = bb.emit(relax.op.reshape(v, [1]))
         tensors.append(v)
     return relax.op.concat(tensors, attrs.get("axis", 0))
+
+
+def _concat_shape(importer, values) -> relax.ShapeExpr | None:
+    """Shapes, int64 scalars and constant int64 vectors concatenated as one
+    shape; None when a piece is a runtime tensor."""
+    dims = []
+    for v in values:
+        if isinstance(v.ty, tvm.ir.PrimType) and str(v.ty.dtype) == "int64":
+            dims.append(v.value if isinstance(v, relax.PrimValue) else v)
+            continue
+        piece = _shape_values(importer, v)
+        if piece is None:
+            return None
+        dims.extend(piece)
+    return relax.ShapeExpr(dims)
+
+
+@converter("NonMaxSuppression")
+def non_max_suppression(importer, inputs, attrs, opset):
+    """NMS with its limits as tensors. TVM's converter reads
+    max_output_boxes_per_class, iou_threshold and score_threshold only when
+    they are constants and otherwise substitutes 0, 0.5 and 0.0; it also
+    treats an absent score_threshold as 0.0, dropping boxes whose score is
+    not above 0, where ONNX (and onnxruntime) keep every box. shapefn's NMS
+    kernel takes the three as runtime tensors; ONNX defaults when absent:
+    no boxes (0), IoU threshold 0, no score threshold (-inf)."""
+    bb = importer.bb
+    boxes, scores = inputs[0], inputs[1]
+
+    def limit(i, dtype, default):
+        value = inputs[i] if len(inputs) > i else None
+        if _absent(importer, value):
+            return relax.const(np.full([1], default, dtype), dtype)
+        return _tensor(bb, value, dtype)
+
+    if attrs.get("center_point_box", 0):
+        # [x_center, y_center, width, height] -> corners (the IoU test is symmetric in x and y).
+        centers = bb.emit(relax.op.strided_slice(boxes, axes=[2], begin=[0], end=[2]))
+        half = bb.emit(relax.op.multiply(bb.emit(relax.op.strided_slice(boxes, axes=[2], begin=[2], end=[4])),
+                                         relax.const(0.5, "float32")))
+        boxes = bb.emit(relax.op.concat([bb.emit(relax.op.subtract(centers, half)),
+                                         bb.emit(relax.op.add(centers, half))], axis=2))
+    result = bb.emit(relax.op.vision.all_class_non_max_suppression(
+        boxes, scores, limit(2, "int64", 0), limit(3, "float32", 0.0), limit(4, "float32", -np.inf),
+        output_format="onnx"))
+    return relax.TupleGetItem(result, 0)
+
+
+def _variadic(binary_op):
+    def convert(importer, inputs, attrs, opset):
+        """Variadic Min/Max folded pairwise into broadcasting binary ops. TVM's
+        converter broadcasts every input to one shape computed at import time
+        and rejects sizes it cannot relate (``N`` and ``M``, equal or 1 only
+        at run time, as batched NMS's boxes and offsets are)."""
+        from .onnx import _coerce
+
+        values = [v for v in inputs if v is not None]
+        if all(_const_value(importer, v) is not None for v in values):
+            return NotImplemented
+        values = list(_coerce(importer.bb, values))
+        result = values[0]
+        for value in values[1:]:
+            result = importer.bb.normalize(binary_op(result, value))
+        return result
+
+    return convert
+
+
+converter("Min")(_variadic(relax.op.minimum))
+converter("Max")(_variadic(relax.op.maximum))
