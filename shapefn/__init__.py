@@ -17,9 +17,17 @@ from .vm import Tensor, VirtualMachine
 
 __version__ = "0.1.0"
 
+
+def from_onnx(model, shape_dict=None):
+    """Imports an ONNX model (a ``ModelProto`` or a path) as a Relax module
+    for ``shapefn.compile``; see ``shapefn.frontend.onnx``."""
+    from .frontend import from_onnx as _from_onnx
+
+    return _from_onnx(model, shape_dict)
+
 __all__ = [
     "DataDependenceError", "Device", "Executable", "ExecutableFormatError", "Label",
     "OverDeclaredWarning", "Param", "ProgramBuilder", "Reg", "Tensor", "VirtualMachine",
-    "cache_dir", "compile", "data_dependence", "emit_extern", "device", "register_shape_func", "registered_ops",
+    "cache_dir", "compile", "data_dependence", "emit_extern", "from_onnx", "device", "register_shape_func", "registered_ops",
     "set_cache_dir", "shape_func_info", "sim", "tvm_device_exists",
 ]
