@@ -22,6 +22,10 @@ def model(nodes, inputs, outputs, inits=()):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=6)
 
 
+def i64(*values):
+    return np.array(values, np.int64)
+
+
 def node(op, ins, outs, **attrs):
     return helper.make_node(op, ins, outs, **attrs)
 
@@ -46,27 +50,29 @@ def binary(op, dtype=F):
     return m, [[values(n)] for n in (5, 2, 0)]
 
 
-CASES = {
-    # Unary (the backbone's activations and the box coder's transforms).
-    "Exp": lambda: unary("Exp"),
-    "Log": lambda: unary("Log", 0.1, 9),
-    "Sqrt": lambda: unary("Sqrt", 0.0, 9),
-    "Reciprocal": lambda: unary("Reciprocal", 0.5, 9),
-    "Sigmoid": lambda: unary("Sigmoid"),
-    "Floor": lambda: unary("Floor"),
-    "Ceil": lambda: unary("Ceil"),
-    "Relu": lambda: unary("Relu"),
-    "Identity": lambda: unary("Identity"),
-    "HardSigmoid": lambda: unary("HardSigmoid", -8, 8, alpha=1 / 6),
-    # Binary, broadcasting a constant row or scalar.
-    **{f"{op}-float": (lambda op=op: binary(op)) for op in ("Add", "Sub", "Mul", "Div", "Max", "Min")},
-    **{f"{op}-int64": (lambda op=op: binary(op, I64)) for op in ("Add", "Sub", "Mul", "Div")},
-}
+def elementwise_cases():
+    # The backbone's activations and the box coder's transforms.
+    for op, lo, hi in (("Exp", -3, 3), ("Log", 0.1, 9), ("Sqrt", 0, 9), ("Reciprocal", 0.5, 9), ("Sigmoid", -3, 3),
+                       ("Floor", -3, 3), ("Ceil", -3, 3), ("Relu", -3, 3), ("Identity", -3, 3)):
+        yield op, *unary(op, lo, hi)
+    yield "HardSigmoid", *unary("HardSigmoid", -8, 8, alpha=1 / 6)
+    for op in ("Add", "Sub", "Mul", "Div", "Max", "Min"):
+        yield f"{op}-float", *binary(op)
+    for op in ("Add", "Sub", "Mul", "Div"):  # shape arithmetic
+        yield f"{op}-int64", *binary(op, I64)
 
 
-@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def cases(*generators):
+    """``name -> (model, feeds)`` from generators of ``(name, model, feeds)``."""
+    return {name: (m, feeds) for gen in generators for name, m, feeds in gen()}
+
+
+ELEMENTWISE = cases(elementwise_cases)
+
+
+@pytest.mark.parametrize("case", ELEMENTWISE)
 def test_elementwise(onnx_check, case):
-    onnx_check(*CASES[case]())
+    onnx_check(*ELEMENTWISE[case])
 
 
 def compare_cases():
@@ -77,6 +83,13 @@ def compare_cases():
                         {"t": np.float32(0.05)}), [[scores(n)] for n in (7, 1)]
     yield "Equal", model([node("Equal", ["x", "z"], ["y"])], [("x", I64, ["N"])], [("y", B, None)],
                          {"z": np.int64(0)}), [[rng.integers(0, 3, n)] for n in (9, 0)]
+    # A size compared with a constant: equal only at run time for an empty x.
+    yield "Equal-shape", model([node("Shape", ["x"], ["s"]), node("Equal", ["s", "z"], ["y"])],
+                               [("x", F, ["N", 3])], [("y", B, None)], {"z": i64(0, 3)}), \
+        [[uniform((n, 3))] for n in (2, 0)]
+    yield "Equal-shapes", model([node("Shape", ["a"], ["sa"]), node("Shape", ["b"], ["sb"]),
+                                 node("Equal", ["sa", "sb"], ["y"])], [("a", F, ["N", 3]), ("b", F, ["M", 3])],
+                                [("y", B, None)]), [[uniform((n, 3)), uniform((m, 3))] for n, m in ((2, 2), (2, 4))]
     yield "Not-And", model([node("Not", ["a"], ["na"]), node("Not", ["b"], ["nb"]), node("And", ["na", "nb"], ["y"])],
                            [("a", B, ["N"]), ("b", B, ["N"])], [("y", B, None)]), \
         [[rng.random(n) < 0.5, rng.random(n) < 0.5] for n in (8, 0)]
@@ -102,54 +115,41 @@ def broadcast_cases():
                                                    for n, m in ((3, 4), (1, 2), (0, 5))]
 
 
-COMPARE = {name: (m, feeds) for gen in (compare_cases, broadcast_cases) for name, m, feeds in gen()}
+COMPARE = cases(compare_cases, broadcast_cases)
 
 
-@pytest.mark.parametrize("case", list(COMPARE), ids=list(COMPARE))
+@pytest.mark.parametrize("case", COMPARE)
 def test_compare_logic_broadcast(onnx_check, case):
     onnx_check(*COMPARE[case])
 
 
-def cast_case(src, to, values):
-    m = model([node("Cast", ["x"], ["y"], to=to)], [("x", src, ["N"])], [("y", to, None)])
-    return m, [[values(n)] for n in (6, 0)]
+def cast_clip_cases():
+    for src, to, values in ((F, I64, lambda n: uniform(n, -600, 600)), (I64, F, lambda n: rng.integers(-600, 600, n)),
+                            (I64, I32, lambda n: rng.integers(0, 20000, n)),
+                            (I32, I64, lambda n: rng.integers(0, 20000, n).astype(np.int32)),
+                            (B, I64, lambda n: rng.random(n) < 0.5), (B, F, lambda n: rng.random(n) < 0.5),
+                            (I64, B, lambda n: rng.integers(0, 3, n)), (F, F, lambda n: uniform(n))):
+        name = "-".join(helper.tensor_dtype_to_np_dtype(t).name for t in (src, to))
+        yield f"Cast-{name}", model([node("Cast", ["x"], ["y"], to=to)], [("x", src, ["N"])], [("y", to, None)]), \
+            [[values(n)] for n in (6, 0)]
+    f32 = np.float32
+    for name, ins, inits in (("relu6", ["x", "lo", "hi"], {"lo": f32(0), "hi": f32(6)}),  # the backbone
+                             ("max-only", ["x", "", "hi"], {"hi": f32(4.135166645)}),  # the box coder's clamp
+                             ("min-only", ["x", "lo"], {"lo": f32(-1)}),
+                             ("min-equals-max", ["x", "lo", "hi"], {"lo": f32(5), "hi": f32(5)})):  # FPN levels
+        yield f"Clip-{name}", model([node("Clip", ins, ["y"])], [("x", F, ["N", 3])], [("y", F, None)], inits), \
+            [[uniform((n, 3), -9, 9)] for n in (4, 0)]
+    yield "Clip-runtime-bounds", model([node("Clip", ["x", "lo", "hi"], ["y"])],
+                                       [("x", F, ["N", 3]), ("lo", F, []), ("hi", F, [])], [("y", F, None)]), \
+        [[uniform((n, 3), -9, 9), np.array(lo, f32), np.array(hi, f32)] for n, lo, hi in ((4, -2, 3), (0, 1, 5))]
 
 
-CASTS = {
-    "float-int64": cast_case(F, I64, lambda n: uniform(n, -600, 600)),
-    "int64-float": cast_case(I64, F, lambda n: rng.integers(-600, 600, n)),
-    "int64-int32": cast_case(I64, I32, lambda n: rng.integers(0, 20000, n)),
-    "int32-int64": cast_case(I32, I64, lambda n: rng.integers(0, 20000, n).astype(np.int32)),
-    "bool-int64": cast_case(B, I64, lambda n: rng.random(n) < 0.5),
-    "bool-float": cast_case(B, F, lambda n: rng.random(n) < 0.5),
-    "int64-bool": cast_case(I64, B, lambda n: rng.integers(0, 3, n)),
-    "float-float": cast_case(F, F, lambda n: uniform(n)),
-}
+CAST_CLIP = cases(cast_clip_cases)
 
 
-@pytest.mark.parametrize("case", list(CASTS), ids=list(CASTS))
-def test_cast(onnx_check, case):
-    onnx_check(*CASTS[case])
-
-
-def clip_case(ins, inits, extra_inputs=(), extra_feeds=lambda: []):
-    m = model([node("Clip", ins, ["y"])], [("x", F, ["N", 3]), *extra_inputs], [("y", F, None)], inits)
-    return m, [[uniform((n, 3), -9, 9), *extra_feeds()] for n in (4, 0)]
-
-
-CLIPS = {
-    "relu6": clip_case(["x", "lo", "hi"], {"lo": np.float32(0), "hi": np.float32(6)}),  # the backbone
-    "max-only": clip_case(["x", "", "hi"], {"hi": np.float32(4.135166645)}),  # the box coder's dw/dh clamp
-    "min-only": clip_case(["x", "lo"], {"lo": np.float32(-1)}),
-    "min-equals-max": clip_case(["x", "lo", "hi"], {"lo": np.float32(5), "hi": np.float32(5)}),  # FPN level map
-    "runtime-bounds": clip_case(["x", "lo", "hi"], {}, [("lo", F, []), ("hi", F, [])],
-                                lambda: [np.array(rng.uniform(-5, 0), np.float32), np.array(rng.uniform(0, 5), np.float32)]),
-}
-
-
-@pytest.mark.parametrize("case", list(CLIPS), ids=list(CLIPS))
-def test_clip(onnx_check, case):
-    onnx_check(*CLIPS[case])
+@pytest.mark.parametrize("case", CAST_CLIP)
+def test_cast_and_clip(onnx_check, case):
+    onnx_check(*CAST_CLIP[case])
 
 
 def reduce_cases():
@@ -181,10 +181,10 @@ def reduce_cases():
                                     [("y", I64, None)]), [[rng.integers(1, 9, n)] for n in (4, 1)]
 
 
-REDUCES = {name: (m, feeds) for name, m, feeds in reduce_cases()}
+REDUCES = cases(reduce_cases)
 
 
-@pytest.mark.parametrize("case", list(REDUCES), ids=list(REDUCES))
+@pytest.mark.parametrize("case", REDUCES)
 def test_reduce(onnx_check, case):
     onnx_check(*REDUCES[case])
 
@@ -214,7 +214,8 @@ def network_cases():
                                      [("y", F, None)]), images
     # FPN's extra level: a 1x1 max pool with stride 2.
     yield "MaxPool", model([node("MaxPool", ["x"], ["y"], kernel_shape=[1, 1], strides=[2, 2], pads=[0, 0, 0, 0],
-                                 ceil_mode=0, dilations=[1, 1])], [("x", F, [1, c, "H", "W"])], [("y", F, None)]), images
+                                 ceil_mode=0, dilations=[1, 1])], [("x", F, [1, c, "H", "W"])],
+                           [("y", F, None)]), images
     yield "Gemm", model([node("Gemm", ["x", "w", "b"], ["y"], alpha=1.0, beta=1.0, transB=1)], [("x", F, ["N", 12])],
                         [("y", F, None)], {"w": uniform((10, 12), -0.3, 0.3), "b": uniform(10)}), \
         [[uniform((n, 12))] for n in (4, 1, 0)]
@@ -227,10 +228,10 @@ def network_cases():
                                            [("y", F, None)]), [[uniform((n, 4, 7, 3))] for n in (2, 0)]
 
 
-NETWORK = {name: (m, feeds) for name, m, feeds in network_cases()}
+NETWORK = cases(network_cases)
 
 
-@pytest.mark.parametrize("case", list(NETWORK), ids=list(NETWORK))
+@pytest.mark.parametrize("case", NETWORK)
 def test_network(onnx_check, case):
     onnx_check(*NETWORK[case])
 
@@ -275,15 +276,21 @@ def layout_cases():
     yield "Gather-runtime-axis1", model([node("Gather", ["x", "i"], ["y"], axis=1)],
                                         [("x", F, [1, "N"]), ("i", I64, [1, "K"])], [("y", F, None)]), \
         [[uniform((1, 6)), np.array([[5, 0, 2]])], [uniform((1, 3)), np.zeros((1, 0), np.int64)]]
+    # Shape values with constants (-1 and 0 kept as values), as a Reshape target and as data.
     yield "Shape-Constant-Identity", model(
-        [node("Shape", ["x"], ["s"]), node("Constant", [], ["c"], value=numpy_helper.from_array(np.array([7, 1]))),
-         node("Identity", ["c"], ["ci"]), node("Concat", ["s", "ci"], ["y"], axis=0)],
-        [("x", F, ["N", "M"])], [("y", I64, None)]), [[uniform((n, m))] for n, m in ((3, 5), (0, 2))]
+        [node("Shape", ["x"], ["s"]), node("Constant", [], ["c"], value=numpy_helper.from_array(i64(-1, 0, 7))),
+         node("Identity", ["c"], ["ci"]), node("Concat", ["s", "ci"], ["y"], axis=0),
+         node("Add", ["y", "one"], ["z"])],
+        [("x", F, ["N", "M"])], [("y", I64, None), ("z", I64, None)], {"one": np.int64(1)}), \
+        [[uniform((n, m))] for n, m in ((3, 5), (0, 2))]
 
 
-LAYOUT = {name: (m, feeds) for name, m, feeds in layout_cases()}
+LAYOUT = cases(layout_cases)
 
 
-@pytest.mark.parametrize("case", list(LAYOUT), ids=list(LAYOUT))
+@pytest.mark.parametrize("case", LAYOUT)
 def test_layout(onnx_check, case):
     onnx_check(*LAYOUT[case])
+
+
+GROUPS = (ELEMENTWISE, COMPARE, CAST_CLIP, REDUCES, NETWORK, LAYOUT)

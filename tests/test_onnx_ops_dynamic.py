@@ -4,19 +4,18 @@ sizes, slice bounds, and count-sized results (NonZero, NMS). Each small
 model is imported with shapefn.from_onnx and compiled once, then run at
 several shapes and values (zero-size results included) on a strict sim and
 compared with onnxruntime."""
+import pathlib
+
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from test_onnx_ops import model, node, uniform
+from test_onnx_ops import GROUPS, cases, i64, model, node, uniform
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 rng = np.random.default_rng(1)
 INT64_MAX = 2 ** 63 - 1
-
-
-def i64(*values):
-    return np.array(values, np.int64)
 
 
 def shape_dim(x, axis, out):
@@ -26,17 +25,19 @@ def shape_dim(x, axis, out):
 
 
 def topk_cases():
-    yield "runtime-k", model([node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=1, sorted=1)],
+    yield "TopK-runtime-k", model([node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=1, sorted=1)],
                              [("x", F, [1, "N"]), ("k", I64, [1])], [("v", F, None), ("i", I64, None)]), \
         [[uniform((1, 10)), i64(4)], [uniform((1, 5)), i64(0)], [uniform((1, 6)), i64(6)]]
     # SSD-lite per class: scores above a threshold (NonZero -> GatherND), then
     # the best min(count, 3) of them (K = ReduceMin(Concat([3], count))).
     nodes, inits = shape_dim("kept", 0, "count")
-    yield "k-from-count", model(
-        [node("Greater", ["x", "t"], ["m"]), node("NonZero", ["m"], ["nz"]), node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
-         node("GatherND", ["x", "idx"], ["kept"]), *nodes, node("Concat", ["top", "count"], ["c"], axis=0),
+    yield "TopK-k-from-count", model(
+        [node("Greater", ["x", "t"], ["m"]), node("NonZero", ["m"], ["nz"]),
+         node("Transpose", ["nz"], ["idx"], perm=[1, 0]), node("GatherND", ["x", "idx"], ["kept"]), *nodes,
+         node("Concat", ["top", "count"], ["c"], axis=0),
          node("ReduceMin", ["c"], ["k0"], keepdims=0), node("Reshape", ["k0", "one"], ["k"]),
-         node("TopK", ["kept", "k"], ["v", "i"], axis=-1, largest=1, sorted=1), node("Gather", ["kept", "i"], ["g"], axis=0)],
+         node("TopK", ["kept", "k"], ["v", "i"], axis=-1, largest=1, sorted=1),
+         node("Gather", ["kept", "i"], ["g"], axis=0)],
         [("x", F, ["N"])], [("v", F, None), ("i", I64, None), ("g", F, None)],
         {"t": np.float32(0.5), "top": i64(3), "one": i64(1), **inits}), \
         [[uniform(n, 0, 1)] for n in (12, 4, 0)] + [[np.zeros(5, np.float32)]]
@@ -156,7 +157,8 @@ def pad_resize_cases():
          node("Pad", ["x", "pads"], ["y"], mode="constant")],
         [("x", F, [3, "H", "W"]), ("p", I64, [4])], [("y", F, None)],
         {"six": i64(6), "pairs": i64(-1, 2), "m1": i64(-1), "end": i64(-INT64_MAX), "zero": i64(0)}), \
-        [[uniform((3, 5, 6)), i64(0, 2, 0, 3)], [uniform((3, 4, 4)), i64(0, 0, 0, 0)], [uniform((3, 1, 2)), i64(1, 0, 2, 0)]]
+        [[uniform((3, 5, 6)), i64(0, 2, 0, 3)], [uniform((3, 4, 4)), i64(0, 0, 0, 0)],
+         [uniform((3, 1, 2)), i64(1, 0, 2, 0)]]
     # The transform's resize: sizes = Concat(Shape(x)[0:2], runtime (h, w)), linear.
     yield "Resize-linear-sizes", model(
         [node("Shape", ["x"], ["s"]), node("Slice", ["s", "b", "e", "a"], ["nc"]),
@@ -186,21 +188,25 @@ def slice_cases():
     yield "Slice-runtime-end", model(
         [node("Add", ["n", "one"], ["end"]), node("Slice", ["x", "zero", "end", "axes"], ["y"])],
         [("x", F, ["N", 91]), ("n", I64, [1])], [("y", F, None)], {"one": i64(1), "zero": i64(0), "axes": i64(1)}), \
-        [[uniform((3, 91)), i64(4)], [uniform((2, 91)), i64(0)], [uniform((0, 91)), i64(90)], [uniform((1, 91)), i64(-1)]]
+        [[uniform((3, 91)), i64(4)], [uniform((2, 91)), i64(0)], [uniform((0, 91)), i64(90)],
+         [uniform((1, 91)), i64(-1)]]
     yield "Slice-runtime-all", model([node("Slice", ["x", "b", "e", "a", "st"], ["y"])],
                                      [("x", F, ["N", "M"]), ("b", I64, [1]), ("e", I64, [1]), ("a", I64, [1]),
                                       ("st", I64, [1])], [("y", F, None)]), \
-        [[uniform((5, 6)), i64(1), i64(4), i64(0), i64(1)], [uniform((5, 6)), i64(-1), i64(-INT64_MAX), i64(1), i64(-2)],
+        [[uniform((5, 6)), i64(1), i64(4), i64(0), i64(1)],
+         [uniform((5, 6)), i64(-1), i64(-INT64_MAX), i64(1), i64(-2)],
          [uniform((3, 4)), i64(2), i64(1), i64(1), i64(1)], [uniform((4, 2)), i64(0), i64(INT64_MAX), i64(0), i64(3)]]
     # The transform's reversal of pads: [::-1] along axis 0.
     yield "Slice-reverse", model([node("Slice", ["x", "b", "e", "a", "st"], ["y"])], [("x", I64, ["N", 2])],
-                                 [("y", I64, None)], {"b": i64(-1), "e": i64(-INT64_MAX), "a": i64(0), "st": i64(-1)}), \
+                                 [("y", I64, None)],
+                                 {"b": i64(-1), "e": i64(-INT64_MAX), "a": i64(0), "st": i64(-1)}), \
         [[rng.integers(0, 9, (n, 2))] for n in (3, 1, 0)]
     # The box coder: boxes[:, 0::4], boxes[:, 1::2].
     yield "Slice-step", model([node("Slice", ["x", "b", "e", "a", "st"], ["y"]),
                                node("Slice", ["x", "b1", "e", "a", "st2"], ["z"])],
                               [("x", F, ["N", 8])], [("y", F, None), ("z", F, None)],
-                              {"b": i64(0), "b1": i64(1), "e": i64(INT64_MAX), "a": i64(1), "st": i64(4), "st2": i64(2)}), \
+                              {"b": i64(0), "b1": i64(1), "e": i64(INT64_MAX), "a": i64(1), "st": i64(4),
+                               "st2": i64(2)}), \
         [[uniform((n, 8))] for n in (3, 0)]
     yield "Slice-of-Shape", model([node("Shape", ["x"], ["s"]), node("Slice", ["s", "b", "e", "a", "st"], ["y"])],
                                   [("x", F, [3, "H", "W"])], [("y", I64, None)],
@@ -216,8 +222,9 @@ def count_sized_cases():
                               [("m", B, ["N", "M"])], [("y", I64, None)]), \
         [[rng.random((4, 3)) < 0.5], [np.ones((2, 5), bool)], [np.zeros((0, 3), bool)]]
     yield "GatherND-of-NonZero", model(
-        [node("Greater", ["x", "t"], ["m"]), node("NonZero", ["m"], ["nz"]), node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
-         node("GatherND", ["x", "idx"], ["y"])], [("x", F, ["N", "C"])], [("y", F, None)], {"t": np.float32(0.0)}), \
+        [node("Greater", ["x", "t"], ["m"]), node("NonZero", ["m"], ["nz"]),
+         node("Transpose", ["nz"], ["idx"], perm=[1, 0]), node("GatherND", ["x", "idx"], ["y"])],
+        [("x", F, ["N", "C"])], [("y", F, None)], {"t": np.float32(0.0)}), \
         [[uniform((4, 3))], [-np.ones((2, 3), np.float32)], [uniform((1, 5))]]
     yield "GatherND-runtime", model([node("GatherND", ["x", "i"], ["y"])], [("x", F, ["N", 3]), ("i", I64, ["K", 1])],
                                     [("y", F, None)]), \
@@ -245,6 +252,11 @@ def boxes(n, c=1):
 def nms_cases():
     yield "NMS", nms_model(), [list(boxes(n)) for n in (12, 1, 0)]
     yield "NMS-classes", nms_model(), [list(boxes(n, 3)) for n in (10, 0)]
+    center = model([node("NonMaxSuppression", ["b", "s", "m", "iou"], ["y"], center_point_box=1)],
+                   [("b", F, [1, "N", 4]), ("s", F, [1, 1, "N"])], [("y", I64, None)],
+                   {"m": i64(INT64_MAX), "iou": np.array([0.4], np.float32)})
+    yield "NMS-center-boxes", center, [[np.concatenate([(b[..., :2] + b[..., 2:]) / 2, b[..., 2:] - b[..., :2]], -1), s]
+                                       for b, s in (boxes(n) for n in (12, 0))]
     yield "NMS-runtime-limits", nms_model(("m", "iou", "t")), \
         [[*boxes(10), i64(3), np.array([0.3], np.float32), np.array([0.5], np.float32)],
          [*boxes(10, 2), i64(INT64_MAX), np.array([0.7], np.float32), np.array([-1], np.float32)],
@@ -275,7 +287,7 @@ def roi_cases():
         [[uniform((m, c, 7, 7)), pooled(m)[:r], uniform((r, c, 7, 7))] for m, r in ((6, 4), (3, 3), (2, 0))]
 
 
-def if_case():
+def if_cases():
     """torchvision's batched NMS: an empty result when there are no boxes, else
     NMS over boxes offset per class; the kept indices sliced to a maximum."""
     empty = helper.make_graph([node("Constant", [], ["none"], value=numpy_helper.from_array(np.zeros(0, np.int64)))],
@@ -301,15 +313,37 @@ def if_case():
     for n in (12, 3, 0):
         b, s = boxes(n)
         feeds.append([b[0], s[0, 0], rng.integers(0, 3, n)])
-    return m, feeds
+    yield "If-batched-NMS", m, feeds
 
 
-CASES = {name: (m, feeds) for gen in (topk_cases, reshape_cases, expand_cases, value_shape_cases, pad_resize_cases,
-                                      slice_cases, count_sized_cases, nms_cases, roi_cases)
-         for name, m, feeds in gen()}
-CASES["If-batched-NMS"] = if_case()
+VALUE_SHAPED = cases(topk_cases, reshape_cases, expand_cases, value_shape_cases, pad_resize_cases, slice_cases)
+COUNT_SIZED = cases(count_sized_cases, nms_cases, roi_cases, if_cases)
 
 
-@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
-def test_dynamic_op(onnx_check, case):
-    onnx_check(*CASES[case])
+@pytest.mark.parametrize("case", VALUE_SHAPED)
+def test_value_shaped(onnx_check, case):
+    onnx_check(*VALUE_SHAPED[case])
+
+
+@pytest.mark.parametrize("case", COUNT_SIZED)
+def test_count_sized_and_control_flow(onnx_check, case):
+    onnx_check(*COUNT_SIZED[case])
+
+
+def op_types(graph):
+    for n in graph.node:
+        yield n.op_type
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from op_types(a.g)
+
+
+def test_every_detection_model_op_is_covered():
+    """Every operator of the exports in tests/data, subgraphs included, is in some case above."""
+    tested = {op for group in (*GROUPS, VALUE_SHAPED, COUNT_SIZED)
+              for m, _ in group.values() for op in op_types(m.graph)}
+    paths = sorted(pathlib.Path(__file__).parent.joinpath("data").glob("*.graph.onnx"))
+    assert paths
+    for path in paths:
+        used = set(op_types(onnx.load(path).graph))
+        assert used <= tested, (path.name, sorted(used - tested))

@@ -3,10 +3,12 @@
 TVM's Relax ONNX importer does most of the work; shapefn's converters
 (``onnx_converters.py``) take over the ops it cannot import with runtime
 values — TopK with a runtime K, Reshape / Expand / ConstantOfShape / Tile /
-Range / Resize / Pad from runtime tensors, Loop — emitting Relax that
-shapefn.compile lowers through the shape-function registry. Values TVM keeps
-as shapes (``Shape`` outputs) are turned into tensors for ops that need
-tensors; shapefn's placement keeps that integer work on the host.
+Range / Resize / Pad from runtime tensors, NonMaxSuppression with runtime
+limits, Equal / Min / Max on sizes known only at run time — emitting Relax
+that shapefn.compile lowers through the shape-function registry. Values TVM
+keeps as shapes (``Shape`` outputs) are turned into tensors for ops that need
+tensors and for graph outputs; shapefn's placement keeps that integer work on
+the host.
 """
 from __future__ import annotations
 

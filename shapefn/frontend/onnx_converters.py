@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax, sym
 
 from .. import ops
@@ -388,3 +389,32 @@ def _variadic(binary_op):
 
 converter("Min")(_variadic(relax.op.minimum))
 converter("Max")(_variadic(relax.op.maximum))
+
+
+@converter("Equal")
+def equal(importer, inputs, attrs, opset):
+    """Equal on shape values. TVM's converter compares a shape with a constant
+    or another shape structurally at import time, so a size that equals the
+    other side only at run time (``Shape(x)[0] == 0`` for an empty ``x``)
+    compares False, and it rejects a shape against a runtime tensor. Here
+    only elements decided at import time (literals, the same size) fold; the
+    rest compare at run time."""
+    a, b = inputs
+    if not any(isinstance(v.ty, (relax.ShapeType, tvm.ir.PrimType)) for v in (a, b)):
+        return NotImplemented
+    la, lb = _shape_values(importer, a), _shape_values(importer, b)
+    if la is not None and lb is not None and len(la) == len(lb):
+        decided = []
+        for x, y in zip(la, lb):
+            if isinstance(x, tvm.tirx.IntImm) and isinstance(y, tvm.tirx.IntImm):
+                decided.append(x.value == y.value)
+            elif tvm_ffi.structural_equal(x, y):
+                decided.append(True)
+            else:
+                break
+        else:
+            return relax.const(np.array(decided, bool), "bool")
+    from .onnx import _coerce
+
+    a, b = (_tensor(importer.bb, v) for v in _coerce(importer.bb, [a, b]))
+    return relax.op.equal(a, b)
