@@ -2,15 +2,14 @@
 tests/data, materialized with a fixed seed), each compiled once for a strict
 sim and run at 320x320 and 256x384, against onnxruntime. Detections are
 matched as sets (random weights can tie scores)."""
-import importlib.util
 import pathlib
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 
 import shapefn
+from shapefn.bench.models import materialize
 from shapefn.frontend import from_onnx
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -18,15 +17,6 @@ SIZES = [(320, 320), (256, 384)]
 # Host waits per inference: one per phase whose sizes depend on device data
 # computed after the previous phase's sizes were known (see the README).
 SYNCS = {"ssdlite320_mobilenet_v3_large": 2, "fasterrcnn_mobilenet_v3_large_320_fpn": 7}
-
-
-def materialize(name: str) -> onnx.ModelProto:
-    spec = importlib.util.spec_from_file_location("materialize", DATA / "materialize.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    model = onnx.load(DATA / f"{name}.graph.onnx")
-    module.materialize_model(model, seed=0)  # refills the weights in place
-    return model
 
 
 def match_detections(got: dict, want: dict) -> int:
@@ -48,7 +38,7 @@ def match_detections(got: dict, want: dict) -> int:
 
 @pytest.fixture(scope="module", params=["ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn"])
 def model(request):
-    proto = materialize(request.param)
+    proto = materialize(DATA, request.param)
     exe = shapefn.compile(from_onnx(proto), "sim")
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in proto.graph.output]

@@ -37,7 +37,8 @@ def _data_dir(path: str | None) -> pathlib.Path:
     raise SystemExit("models: cannot find tests/data (run from the repository, or pass --data)")
 
 
-def _materialize(data: pathlib.Path, name: str):
+def materialize(data: pathlib.Path, name: str):
+    """The model ``name`` from ``data``'s weight-free graph, with seed-0 weights."""
     import onnx
 
     spec = importlib.util.spec_from_file_location("materialize", data / "materialize.py")
@@ -60,7 +61,7 @@ def _timed(fn, repeat: int) -> float:
 def measure(name: str, data: pathlib.Path, repeat: int) -> dict:
     import onnxruntime as ort
 
-    proto = _materialize(data, name)
+    proto = materialize(data, name)
     result: dict = {}
     with tempfile.TemporaryDirectory() as cache:
         config.set_cache_dir(cache)
