@@ -20,8 +20,13 @@ from . import config
 
 def key(mod: tvm.IRModule, target) -> str:
     """What the compiled code depends on: TVM's version, the target, the TIR."""
-    material = "\0".join([tvm.__version__, str(target), mod.script(show_meta=True)])
-    return hashlib.sha256(material.encode()).hexdigest()
+    digest = hashlib.sha256("\0".join([tvm.__version__, str(target)]).encode())
+    # Function by function, in name order: a module's own order follows
+    # object addresses, which differ between processes.
+    for gv, func in sorted(mod.functions.items(), key=lambda item: item[0].name_hint):
+        digest.update(f"\0{gv.name_hint}\0".encode())
+        digest.update(func.script(show_meta=True).encode())
+    return digest.hexdigest()
 
 
 def build(mod: tvm.IRModule, target, directory: Path | None = None) -> tuple[object, Path]:
