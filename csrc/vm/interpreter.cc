@@ -32,6 +32,16 @@ const TensorRef& TensorOf(const Instruction& ins, const Value& v) {
   return v.tensor;
 }
 
+// Element `index` of a shape (negative counts from the end).
+int64_t DimAt(const Instruction& ins, const ShapeVec& shape, int64_t index) {
+  int64_t i = index < 0 ? index + static_cast<int64_t>(shape.size()) : index;
+  if (i < 0 || i >= static_cast<int64_t>(shape.size())) {
+    Fail(ErrorKind::kIndex, std::string(GetOpInfo(ins.op).mnemonic) + ": index " + std::to_string(index) +
+                                " out of range for rank " + std::to_string(shape.size()));
+  }
+  return shape[static_cast<size_t>(i)];
+}
+
 int64_t FloorDiv(int64_t a, int64_t b) {
   if (b == 0) Fail(ErrorKind::kValue, "floordiv by zero in shape arithmetic");
   int64_t q = a / b;
@@ -156,16 +166,9 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
       case Opcode::kShapeOf:
         regs[ins.op_at(0)] = Value::Shape(TensorOf(ins, regs[ins.op_at(1)])->shape);
         break;
-      case Opcode::kShapeGet: {
-        const ShapeVec& s = ShapeOf(ins, regs[ins.op_at(1)]);
-        int64_t i = ins.op_at(2);
-        if (i < 0) i += static_cast<int64_t>(s.size());
-        if (i < 0 || i >= static_cast<int64_t>(s.size())) {
-          Fail(ErrorKind::kIndex, "shape_get: index " + std::to_string(ins.op_at(2)) + " out of range for rank " + std::to_string(s.size()));
-        }
-        regs[ins.op_at(0)] = Value::Int(s[static_cast<size_t>(i)]);
+      case Opcode::kShapeGet:
+        regs[ins.op_at(0)] = Value::Int(DimAt(ins, ShapeOf(ins, regs[ins.op_at(1)]), ins.op_at(2)));
         break;
-      }
       case Opcode::kShapeMake: {
         ShapeVec s(static_cast<size_t>(ins.list_size(0)));
         for (size_t i = 0; i < s.size(); ++i) s[i] = IntOf(ins, regs[ins.list(0)[i]]);
@@ -181,16 +184,9 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
         regs[ins.op_at(0)] = Value::Shape(std::move(s));
         break;
       }
-      case Opcode::kTensorDim: {
-        const ShapeVec& s = TensorOf(ins, regs[ins.op_at(1)])->shape;
-        int64_t i = ins.op_at(2);
-        if (i < 0) i += static_cast<int64_t>(s.size());
-        if (i < 0 || i >= static_cast<int64_t>(s.size())) {
-          Fail(ErrorKind::kIndex, "tensor_dim: axis " + std::to_string(ins.op_at(2)) + " out of range for rank " + std::to_string(s.size()));
-        }
-        regs[ins.op_at(0)] = Value::Int(s[static_cast<size_t>(i)]);
+      case Opcode::kTensorDim:
+        regs[ins.op_at(0)] = Value::Int(DimAt(ins, TensorOf(ins, regs[ins.op_at(1)])->shape, ins.op_at(2)));
         break;
-      }
       case Opcode::kShapeNumel: {
         int64_t n = 1;
         for (int64_t d : ShapeOf(ins, regs[ins.op_at(1)])) n = CheckedArith(Opcode::kMul, n, d);

@@ -65,7 +65,6 @@ class Placement:
 
     slot: dict[int, str] = field(default_factory=dict)
     kernel_slot: dict[int, str] = field(default_factory=dict)
-    outputs: dict[int, list[relax.Var]] = field(default_factory=dict)  # kernel binding -> output vars
 
 
 def _bindings(expr: relax.Expr):
@@ -129,7 +128,6 @@ def place(func: relax.Function, mod: tvm.IRModule, all_host: bool) -> Placement:
                     for a in inputs))
         slot = HOST if on_host else DEVICE
         p.kernel_slot[key(binding)] = slot
-        p.outputs[key(binding)] = outputs
         for o in outputs:
             written.add(key(o))
             p.slot[key(o)] = slot
