@@ -10,8 +10,10 @@ from .builder import Label, Param, ProgramBuilder, Reg
 from .compiler import compile, emit_extern
 from .config import cache_dir, set_cache_dir
 from .devices import Device, device, sim, tvm_device_exists
-from .errors import DataDependenceError, ExecutableFormatError, OverDeclaredWarning
+from .errors import (DataDependenceError, ExecutableFormatError, InvalidOnnxModel, OverDeclaredWarning,
+                     UnsupportedOnnxOp)
 from .executable import Executable
+from .profiler import ProfileReport
 from .registry import data_dependence, register_shape_func, registered_ops, shape_func_info
 from .vm import Tensor, VirtualMachine
 
@@ -26,8 +28,8 @@ def from_onnx(model, shape_dict=None):
     return _from_onnx(model, shape_dict)
 
 __all__ = [
-    "DataDependenceError", "Device", "Executable", "ExecutableFormatError", "Label",
-    "OverDeclaredWarning", "Param", "ProgramBuilder", "Reg", "Tensor", "VirtualMachine",
+    "DataDependenceError", "Device", "Executable", "ExecutableFormatError", "InvalidOnnxModel", "Label",
+    "OverDeclaredWarning", "Param", "ProfileReport", "ProgramBuilder", "Reg", "Tensor", "VirtualMachine",
     "cache_dir", "compile", "data_dependence", "emit_extern", "from_onnx", "device", "register_shape_func", "registered_ops",
-    "set_cache_dir", "shape_func_info", "sim", "tvm_device_exists",
+    "set_cache_dir", "shape_func_info", "sim", "tvm_device_exists", "UnsupportedOnnxOp",
 ]

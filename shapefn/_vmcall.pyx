@@ -5,12 +5,15 @@
 The GIL is released while the VM runs. Host arrays are lent to the VM without
 copying; they are kept alive until the VM drops its last reference.
 """
+from cpython.buffer cimport PyBUF_RECORDS_RO, PyBuffer_IsContiguous, PyBuffer_Release, PyObject_GetBuffer
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdint cimport int64_t, uintptr_t
 from libcpp cimport bool as cbool
 from libcpp.memory cimport shared_ptr
 from libcpp.string cimport string
 from libcpp.vector cimport vector
+
+import sys
 
 import numpy as np
 
@@ -36,6 +39,7 @@ cdef extern from "vmcall_support.h" namespace "shapefn::vmcall":
     Value TensorValue(const TensorRef&)
     TensorRef WrapHost(void*, int, const int64_t*, int, int, void (*)(void*) noexcept, void*) except +TranslateError
     Value Invoke(uintptr_t, int, vector[Value]&) except +TranslateError nogil
+    Value InvokeProfiled(uintptr_t, int, vector[Value]&, uintptr_t) except +TranslateError nogil
     string DeviceName(const TensorRef&)
     cbool OnHost(const TensorRef&)
     string DTypeName(const TensorRef&)
@@ -53,8 +57,9 @@ cdef enum:
     KIND_TENSOR = 3
     KIND_TUPLE = 4
 
-# DLPack type codes of the numpy dtypes the VM accepts.
-cdef dict _DL_CODES = {"i": 0, "u": 1, "f": 2, "b": 6}
+# numpy dtype kinds the VM accepts: int, uint, float, bool.
+cdef str _VM_KINDS = "iufb"
+cdef char _NATIVE_ORDER = b'<' if sys.byteorder == "little" else b'>'
 
 
 cdef void _release_array(void* context) noexcept with gil:
@@ -128,15 +133,69 @@ cdef object _to_python(const Value* v):
     return None
 
 
+cdef int _dl_code(const char* fmt) noexcept:
+    """DLPack type code of a one-item buffer format in native byte order
+    ('f', '<q', '?', ...); -1 for any other format."""
+    cdef char c = fmt[0]
+    if c == b'@' or c == b'=' or c == _NATIVE_ORDER:
+        fmt += 1
+        c = fmt[0]
+    if c == 0 or fmt[1] != 0:
+        return -1
+    if c == b'b' or c == b'h' or c == b'i' or c == b'l' or c == b'q':
+        return 0
+    if c == b'B' or c == b'H' or c == b'I' or c == b'L' or c == b'Q':
+        return 1
+    if c == b'e' or c == b'f' or c == b'd':
+        return 2
+    if c == b'?':
+        return 6
+    return -1
+
+
+cdef bint _lend_array(object arr, Value* out) except -1:
+    """Lends ``arr`` to the VM (kept alive until the VM drops it) if it is a
+    C-contiguous array of a native-order bool, int, uint or float dtype;
+    returns False, lending nothing, otherwise. Everything comes from the
+    buffer protocol: numpy's attributes cost far more (``ctypes.data``
+    alone takes microseconds)."""
+    cdef Py_buffer view
+    cdef vector[int64_t] shape
+    cdef int code, i
+    try:
+        PyObject_GetBuffer(arr, &view, PyBUF_RECORDS_RO)
+    except (BufferError, ValueError, TypeError):
+        return False
+    try:
+        code = _dl_code(view.format)
+        if code < 0 or not PyBuffer_IsContiguous(&view, b'C'):
+            return False
+        for i in range(view.ndim):
+            shape.push_back(view.shape[i])
+        Py_INCREF(arr)
+        try:
+            out[0] = TensorValue(WrapHost(view.buf, view.ndim, shape.data(), code, <int>view.itemsize * 8,
+                                          _release_array, <void*>arr))
+        except BaseException:
+            Py_XDECREF(<PyObject*>arr)
+            raise
+        return True
+    finally:
+        PyBuffer_Release(&view)
+
+
 cdef Value _from_python(object arg, int position) except *:
     cdef Tensor t
-    cdef vector[int64_t] shape
-    cdef uintptr_t data
+    cdef Value value
     if isinstance(arg, Tensor):
         t = <Tensor>arg
         return TensorValue(t.ref)
+    if isinstance(arg, np.ndarray) and _lend_array(arg, &value):  # the common case
+        return value
     if not isinstance(arg, np.ndarray):
-        if hasattr(arg, "__dlpack__"):
+        if isinstance(arg, np.generic):  # a numpy scalar: a 0-d tensor
+            arg = np.asarray(arg)
+        elif hasattr(arg, "__dlpack__"):
             arg = np.from_dlpack(arg)
         else:
             raise TypeError(
@@ -144,19 +203,57 @@ cdef Value _from_python(object arg, int position) except *:
                 f"got {type(arg).__name__}")
     # (np.ascontiguousarray would turn a 0-d array into a 1-d one.)
     arr = arg if arg.flags.c_contiguous else np.ascontiguousarray(arg)
-    code = _DL_CODES.get(arr.dtype.kind)
-    if code is None:
-        raise TypeError(f"argument {position} has unsupported dtype {arr.dtype}")
-    for d in arr.shape:
-        shape.push_back(d)
-    data = arr.ctypes.data
-    Py_INCREF(arr)
-    return TensorValue(WrapHost(<void*>data, arr.ndim, shape.data(), code, arr.dtype.itemsize * 8,
-                                _release_array, <void*>arr))
+    if arr.dtype.kind not in _VM_KINDS:
+        raise TypeError(f"argument {position} has dtype {arr.dtype}; the VM takes bool, int, uint and float arrays")
+    if not arr.dtype.isnative:
+        # Kernels read native byte order: a byte-swapped array is converted,
+        # not reinterpreted.
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if not _lend_array(arr, &value):
+        raise TypeError(f"argument {position} has dtype {arr.dtype}; the VM takes bool, int, uint and float arrays")
+    return value
 
 
-def invoke(uintptr_t vm, int function_index, tuple args):
-    """Runs function `function_index` of the VM at address `vm` on `args`."""
+cdef object _invoke(uintptr_t vm, int function_index, tuple args):
+    cdef vector[Value] values
+    cdef Value result
+    cdef Py_ssize_t i, n = len(args)
+    values.reserve(n)
+    for i in range(n):
+        values.push_back(_from_python(args[i], i))
+    with nogil:
+        result = Invoke(vm, function_index, values)
+    return _to_python(&result)
+
+
+cdef class Function:
+    """``vm[name]``: calls that function of the VM with numpy / DLPack arrays
+    or shapefn Tensors and returns its result."""
+    cdef object _handle  # the C++ VM: `_address` is valid while it lives
+    cdef uintptr_t _address
+    cdef int _index
+    cdef readonly str name
+
+    def __cinit__(self, handle, uintptr_t address, int index, str name):
+        self._handle = handle
+        self._address = address
+        self._index = index
+        self.name = name
+
+    def __call__(self, *args):
+        return _invoke(self._address, self._index, args)
+
+    @property
+    def __name__(self):
+        return self.name
+
+    def __repr__(self):
+        return f"<shapefn VM function '{self.name}'>"
+
+
+def invoke_profiled(uintptr_t vm, int function_index, tuple args, uintptr_t profiler):
+    """Calls function ``function_index`` of the VM at address ``vm`` (as ``Function`` does) with
+    the ``_core.Profiler`` at address ``profiler`` recording the call."""
     cdef vector[Value] values
     cdef Value result
     cdef int i
@@ -164,5 +261,5 @@ def invoke(uintptr_t vm, int function_index, tuple args):
     for i in range(len(args)):
         values.push_back(_from_python(args[i], i))
     with nogil:
-        result = Invoke(vm, function_index, values)
+        result = InvokeProfiled(vm, function_index, values, profiler)
     return _to_python(&result)

@@ -30,7 +30,8 @@ def sim(
     ``latency_s + bytes / bandwidth_bytes_per_s`` (added to the counter
     ``modelled_transfer_s``; with ``realtime=True`` also spent busy-waiting).
     With ``strict=True`` its memory is unreadable while host shape functions
-    run, so a host read of device data faults (for tests; single-threaded use).
+    run, so a host read of device data faults (for tests); for that, VMs on
+    a strict sim run one call at a time between them, whatever the threads.
     """
     return _core.sim_device(latency_s, bandwidth_bytes_per_s, arena_bytes, strict, realtime)
 

@@ -1,9 +1,26 @@
-"""On-disk cache of TVM-compiled kernel libraries, keyed by content.
+"""On-disk cache of TVM-compiled kernels: one object file per kernel, keyed
+by that kernel's content, linked into one shared library per module.
 
-Compiling kernels is most of the time a model takes to compile; the cache
-makes the second compile of the same module (in any process) load the
-library instead. Entries are written atomically (temporary name, then
-rename), so concurrent processes see no file or a whole one.
+Compiling kernels is most of the time a model takes to compile. Keying each
+kernel on its own (rather than the whole module) lets a compile reuse every
+kernel it has seen before even when others changed: TVM's legalization is
+not deterministic in a few kernels of a large model (the order of size
+parameters and of the terms of size expressions varies between processes),
+and a model edited in one op renames the kernels after it.
+
+A kernel's key is TVM's structural hash of its PrimFunc without its name
+(the equality TVM itself uses to merge identical kernels: it ignores
+variable names) plus the target and TVM's version. Its object is compiled
+under a symbol made from the key, and the linker gives each name of the
+module an alias to it (``--defsym``), so one object serves every name and
+module. Libraries are cached too, keyed by the module's names and kernel
+keys. Entries are written under a temporary name and renamed, so concurrent
+processes see a whole entry or none; an object entry carries the SHA-256 of
+its bytes, and one that does not match (or a library that does not load) is
+rebuilt and replaced.
+
+Layout under ``directory`` (default ``<cache_dir>/kernels``):
+``objects/<key>.o`` and ``libraries/<key>.so``.
 """
 from __future__ import annotations
 
@@ -11,44 +28,158 @@ import contextlib
 import hashlib
 import os
 import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import tvm
+import tvm_ffi
+from tvm.support import cc
 
 from . import config
 
+_DIGEST_BYTES = hashlib.sha256().digest_size
+_SYMBOL_PREFIX = "shapefn_kernel_"
+_FFI_PREFIX = "__tvm_ffi_"  # what TVM's LLVM codegen names an exported function's symbol
 
-def key(mod: tvm.IRModule, target) -> str:
-    """What the compiled code depends on: TVM's version, the target, the TIR."""
-    digest = hashlib.sha256("\0".join([tvm.__version__, str(target)]).encode())
-    # Function by function, in name order: a module's own order follows
-    # object addresses, which differ between processes.
-    for gv, func in sorted(mod.functions.items(), key=lambda item: item[0].name_hint):
-        digest.update(f"\0{gv.name_hint}\0".encode())
-        digest.update(func.script(show_meta=True).encode())
-    return digest.hexdigest()
+
+@dataclass(frozen=True)
+class Stats:
+    """Kernels this process looked up in the cache: found (``hits``) and
+    compiled (``misses``). Kernels of a module whose linked library was
+    cached count as hits."""
+    hits: int = 0
+    misses: int = 0
+
+
+_stats = Stats()
+_stats_lock = threading.Lock()
+
+
+def stats() -> Stats:
+    """The counts of kernel cache hits and misses since the process started."""
+    with _stats_lock:
+        return _stats
+
+
+def _count(hits: int, misses: int) -> None:
+    global _stats
+    with _stats_lock:
+        _stats = Stats(_stats.hits + hits, _stats.misses + misses)
+
+
+def kernel_key(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> str:
+    """What a kernel's compiled code depends on: TVM's version, the target
+    and the PrimFunc's structure (not its name)."""
+    shash = tvm_ffi.structural_hash(func.without_attr("global_symbol"))
+    text = "\0".join([tvm.__version__, str(target), f"{shash:016x}"])
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def build(mod: tvm.IRModule, target, directory: Path | None = None) -> tuple[object, Path]:
-    """The compiled library of ``mod`` for ``target`` and the file it lives
-    in, from the cache when present (``directory`` defaults to
-    ``<cache_dir>/kernels``)."""
+    """The compiled library of ``mod``'s PrimFuncs for ``target`` and the
+    file it lives in, each function callable by its name in ``mod``."""
     directory = Path(directory) if directory is not None else config.cache_dir() / "kernels"
-    path = directory / f"{key(mod, target)}.so"
-    if path.exists():
-        try:
-            return tvm.runtime.load_module(str(path)), path
-        except Exception:  # noqa: BLE001 - an unreadable entry is rebuilt and replaced
-            pass
-    library = tvm.compile(mod, target=target)
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, temp_name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".so", dir=directory)
+    target = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
+    funcs = {gv.name_hint: func for gv, func in mod.functions.items()}
+    keys = {name: kernel_key(func, target) for name, func in funcs.items()}
+    library_key = hashlib.sha256("".join(f"{n}\0{keys[n]}\0" for n in sorted(keys)).encode()).hexdigest()
+    path = directory / "libraries" / f"{library_key}.so"
+    library = _load_library(path, funcs)
+    if library is not None:
+        _count(len(set(keys.values())), 0)
+        return library, path
+    if target.kind.name == "llvm":
+        objects = _objects({keys[n]: f for n, f in funcs.items()}, target, directory / "objects")
+        _write_atomically(path, lambda temp: _link(objects, keys, temp))
+    else:
+        # Device code is a module imported by the host code, which objects
+        # cannot carry: the module is compiled whole (and cached as a library).
+        _count(0, len(set(keys.values())))
+        compiled = tvm.tirx.build(mod, target)
+        _write_atomically(path, compiled.export_library)
+    library = _load_library(path, funcs)
+    if library is None:
+        raise RuntimeError(f"kernel library {path} was just built but does not load")
+    return library, path
+
+
+def _load_library(path: Path, funcs) -> object | None:
+    """The library at ``path`` if it loads and has every function, else None."""
+    if not path.exists():
+        return None
+    try:
+        library = tvm.runtime.load_module(str(path))
+    except Exception:  # noqa: BLE001 - an unreadable entry is rebuilt and replaced
+        return None
+    if not all(library.implements_function(name, query_imports=True) for name in funcs):
+        return None
+    return library
+
+
+def _objects(funcs: dict, target, directory: Path) -> dict[str, bytes]:
+    """The object code of each kernel (by key), compiling those the cache
+    lacks, two at a time on two cores (TVM releases the GIL while compiling)."""
+    found = {key: _read_entry(directory / f"{key}.o") for key in funcs}
+    missing = [key for key, data in found.items() if data is None]
+    _count(len(funcs) - len(missing), len(missing))
+
+    def compile_one(key: str) -> bytes:
+        data = _compile(funcs[key], _SYMBOL_PREFIX + key[:32], target)
+        entry = hashlib.sha256(data).digest() + data
+        _write_atomically(directory / f"{key}.o", lambda temp: Path(temp).write_bytes(entry))
+        return data
+
+    workers = min(len(missing), len(os.sched_getaffinity(0)))
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            found.update(zip(missing, pool.map(compile_one, missing)))
+    else:
+        found.update((key, compile_one(key)) for key in missing)
+    return found
+
+
+def _compile(func: tvm.tirx.PrimFunc, symbol: str, target) -> bytes:
+    module = tvm.tirx.build(tvm.IRModule({symbol: func.with_attr("global_symbol", symbol)}), target)
+    with tempfile.TemporaryDirectory(prefix="shapefn-kernel-") as workspace:
+        path = os.path.join(workspace, "kernel.o")
+        module.write_to_file(path)
+        return Path(path).read_bytes()
+
+
+def _read_entry(path: Path) -> bytes | None:
+    """An object entry's code, or None when it is missing or corrupt."""
+    try:
+        entry = path.read_bytes()
+    except OSError:
+        return None
+    digest, data = entry[:_DIGEST_BYTES], entry[_DIGEST_BYTES:]
+    return data if data and hashlib.sha256(data).digest() == digest else None
+
+
+def _link(objects: dict[str, bytes], keys: dict[str, str], output: str) -> None:
+    """Links the objects into one shared library in which each name of
+    ``keys`` is an alias of its kernel's symbol."""
+    with tempfile.TemporaryDirectory(prefix="shapefn-link-") as workspace:
+        files = []
+        for key, data in objects.items():
+            files.append(os.path.join(workspace, f"{key}.o"))
+            Path(files[-1]).write_bytes(data)
+        aliases = [f"-Wl,--defsym,{_FFI_PREFIX}{name}={_FFI_PREFIX}{_SYMBOL_PREFIX}{key[:32]}"
+                   for name, key in sorted(keys.items())]
+        cc.create_shared(output, files, options=aliases)
+
+
+def _write_atomically(path: Path, write) -> None:
+    """Calls ``write(temp_name)`` and renames the result to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp_name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
-        library.export_library(temp_name)
+        write(temp_name)
         os.replace(temp_name, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp_name)
         raise
-    return tvm.runtime.load_module(str(path)), path

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from . import _core, _vmcall, devices
 from .executable import Executable
+from .profiler import ProfileReport
 
 Tensor = _vmcall.Tensor
 
@@ -27,24 +28,32 @@ class VirtualMachine:
         dependence = dependence or exe.default_dependence
         self._vm = _core.VirtualMachine(exe._core, self.device, dependence, exe._kernels, max_instructions)
         self._address = self._vm._address()
+        self._functions: dict[str, _vmcall.Function] = {}  # looked up once: a lookup costs more than a call
         self.dependence = dependence
 
     def __getitem__(self, name: str):
-        index = self._vm.function_index(name)
-        address = self._address
-        invoke = _vmcall.invoke
-
-        def call(*args):
-            return invoke(address, index, args)
-
-        call.__name__ = name
-        return call
+        function = self._functions.get(name)
+        if function is None:
+            # The Function keeps the C++ VM alive: its address is valid while it lives.
+            function = _vmcall.Function(self._vm, self._address, self._vm.function_index(name), name)
+            self._functions[name] = function
+        return function
 
     def __call__(self, *args):
         return self["main"](*args)
 
     def invoke(self, name: str, *args):
         return self[name](*args)
+
+    def profile(self, *args, name: str = "main") -> ProfileReport:
+        """Runs function ``name`` once on ``args``, timing every kernel call,
+        shape function, copy, sync and allocation; returns a ``ProfileReport``
+        (its ``outputs`` are the call's results). The call counts in
+        ``counters`` like any other; later calls are not profiled."""
+        profiler = _core.Profiler()
+        outputs = _vmcall.invoke_profiled(self._address, self._vm.function_index(name), args,
+                                          profiler._address())
+        return ProfileReport._from_profiler(profiler, outputs, {"dependence": self.dependence})
 
     @property
     def counters(self) -> dict:

@@ -57,3 +57,44 @@ def onnx_check():
                     np.testing.assert_array_equal(got, want)
 
     return check
+
+
+class SliceNonzeroModel:
+    """A compiled dynamic model with two data-dependent ops, for the
+    concurrency and leak tests: ``main(x: f32[n, m], begin, end, strides:
+    i64[2])`` returns ``(y, nonzero(y))`` with ``y = (2 * x)[begin:end:strides]``.
+    The slice's shape function reads the three bound tensors (copied from the
+    device), and nonzero's count is read back: every call syncs twice."""
+
+    def __init__(self):
+        from tvm import relax, tirx
+
+        n, m = tirx.Var("n", "int64"), tirx.Var("m", "int64")
+        x = relax.Var("x", relax.TensorType([n, m], "float32"))
+        bounds = [relax.Var(name, relax.TensorType([2], "int64")) for name in ("begin", "end", "strides")]
+        bb = relax.BlockBuilder()
+        with bb.function("main", [x, *bounds]):
+            y = bb.emit(relax.op.multiply(x, relax.const(2.0, "float32")))
+            sliced = bb.emit(relax.op.dynamic_strided_slice(y, *bounds))
+            bb.emit_func_output(relax.Tuple([sliced, bb.emit(relax.op.nonzero(sliced))]))
+        self.exe = shapefn.compile(bb.get(), "sim")
+
+    @staticmethod
+    def inputs(rng, max_dim=40):
+        """Random arguments: any shape up to ``max_dim`` square, in-range bounds."""
+        shape = rng.integers(1, max_dim + 1, size=2)
+        x = rng.integers(-1, 2, size=shape).astype(np.float32)  # about a third zeros
+        begin = np.array([rng.integers(0, d) for d in shape], np.int64)
+        end = np.array([rng.integers(b + 1, d + 1) for b, d in zip(begin, shape)], np.int64)
+        strides = rng.integers(1, 4, size=2).astype(np.int64)
+        return x, begin, end, strides
+
+    @staticmethod
+    def reference(x, begin, end, strides):
+        y = (2 * x)[tuple(slice(b, e, s) for b, e, s in zip(begin, end, strides))]
+        return y, np.stack(np.nonzero(y))
+
+
+@pytest.fixture(scope="session")
+def slice_nonzero_model():
+    return SliceNonzeroModel()

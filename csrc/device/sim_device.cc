@@ -77,14 +77,17 @@ class SimDevice final : public Device {
   }
 
   double CopyToHost(void* dst, const void* src, size_t n) override {
+    auto exclusive = LockIfStrict();
     if (n) std::memcpy(dst, src, n);
     return Transfer(true, n);
   }
   double CopyFromHost(void* dst, const void* src, size_t n) override {
+    auto exclusive = LockIfStrict();
     if (n) std::memcpy(dst, src, n);
     return Transfer(false, n);
   }
   void CopyWithin(void* dst, const void* src, size_t n) override {
+    auto exclusive = LockIfStrict();
     if (n) std::memmove(dst, src, n);
   }
   void Sync() override { RecordSync(); }
@@ -95,10 +98,15 @@ class SimDevice final : public Device {
   void EndHostShapeWork() override {
     if (config_.strict && --strict_depth_ == 0) mprotect(base_, size_, PROT_READ | PROT_WRITE);
   }
+  std::recursive_mutex* exclusive_use_mutex() override { return config_.strict ? &exclusive_use_ : nullptr; }
 
  private:
   static constexpr size_t kGranule = 256;
   static size_t RoundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+  std::unique_lock<std::recursive_mutex> LockIfStrict() {
+    return config_.strict ? std::unique_lock<std::recursive_mutex>(exclusive_use_)
+                          : std::unique_lock<std::recursive_mutex>();
+  }
 
   double Transfer(bool to_host, size_t n) {
     double seconds = config_.latency_s + static_cast<double>(n) / config_.bandwidth_bytes_per_s;
@@ -118,6 +126,7 @@ class SimDevice final : public Device {
   std::map<size_t, size_t> free_;  // offset -> size
   std::map<size_t, size_t> used_;
   int strict_depth_ = 0;
+  std::recursive_mutex exclusive_use_;
 };
 
 }  // namespace

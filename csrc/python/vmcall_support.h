@@ -67,6 +67,11 @@ inline Value Invoke(uintptr_t vm, int function_index, std::vector<Value>& args) 
   return reinterpret_cast<VirtualMachine*>(vm)->Invoke(function_index, std::move(args));
 }
 
+inline Value InvokeProfiled(uintptr_t vm, int function_index, std::vector<Value>& args, uintptr_t profiler) {
+  return reinterpret_cast<VirtualMachine*>(vm)->Invoke(function_index, std::move(args),
+                                                       reinterpret_cast<Profiler*>(profiler));
+}
+
 inline std::string DeviceName(const TensorRef& t) { return t->device()->name(); }
 inline bool OnHost(const TensorRef& t) { return t->device()->is_host(); }
 inline std::string DTypeName(const TensorRef& t) { return DTypeToString(t->dtype); }

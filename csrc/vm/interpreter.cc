@@ -6,6 +6,7 @@
 #include <tvm/ffi/error.h>
 
 #include <cstring>
+#include <new>
 
 #include "shapefn/error.h"
 #include "shapefn/vm.h"
@@ -81,6 +82,16 @@ DLTensor HostView(const TensorObj& t) {
 // pointer: verified never to be read, but TVM's argument checks want non-null.
 alignas(64) int64_t kNeverRead[8] = {0};
 
+// Where a kernel ran, for the profiler: the device of its first tensor
+// argument that is not on the host.
+const Device& KernelDevice(const std::vector<Value>& regs, const int64_t* args, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const Value& v = regs[args[i]];
+    if (v.kind == Value::Kind::kTensor && !v.tensor->device()->is_host()) return *v.tensor->device();
+  }
+  return *HostDevice();
+}
+
 }  // namespace
 
 Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int depth) {
@@ -106,21 +117,23 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
       case Opcode::kLoadShape:
         regs[ins.op_at(0)] = Value::Shape(ShapeVec(ins.list(0), ins.list(0) + ins.list_size(0)));
         break;
-      case Opcode::kKill:
-        regs[ins.op_at(0)] = Value();
+      case Opcode::kKill: {
+        Value& v = regs[ins.op_at(0)];
+        if (v.kind == Value::Kind::kTensor) idle_.Keep(v.tensor);  // the next allocation of its size reuses it
+        v = Value();
         break;
+      }
       case Opcode::kAllocStorage: {
         int64_t nbytes = IntOf(ins, regs[ins.op_at(2)]);
         if (nbytes < 0) Fail(ErrorKind::kValue, "alloc_storage of negative size " + std::to_string(nbytes));
         regs[ins.op_at(0)] = Value::Tensor(
-            AllocTensor(pools_[ins.op_at(1)], ShapeVec{nbytes}, DLDataType{kDLUInt, 8, 1}));
-        counters_.allocations += 1;
+            Allocate(static_cast<int>(ins.op_at(1)), ShapeVec{nbytes}, DLDataType{kDLUInt, 8, 1}, "alloc_storage"));
         break;
       }
       case Opcode::kAllocTensor: {
         const ShapeVec& shape = ShapeOf(ins, regs[ins.op_at(2)]);
-        regs[ins.op_at(0)] = Value::Tensor(AllocTensor(pools_[ins.op_at(1)], shape, DecodeDType(ins.op_at(3))));
-        counters_.allocations += 1;
+        regs[ins.op_at(0)] =
+            Value::Tensor(Allocate(static_cast<int>(ins.op_at(1)), shape, DecodeDType(ins.op_at(3)), "alloc_tensor"));
         break;
       }
       case Opcode::kTensorInStorage: {
@@ -252,28 +265,54 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
 }
 
 TensorRef VirtualMachine::StageToHost(const TensorRef& src) {
-  TensorRef h = AllocTensor(pools_[kHostSlot], src->shape, src->dtype);
+  TensorRef h = Allocate(kHostSlot, src->shape, src->dtype, "copy_buffer");
   size_t nbytes = src->nbytes();
-  counters_.modelled_transfer_s += src->device()->CopyToHost(h->data(), src->data(), nbytes);
+  const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
+  double modelled_s = src->device()->CopyToHost(h->data(), src->data(), nbytes);
+  counters_.modelled_transfer_s += modelled_s;
   counters_.d2h_copies += 1;
   counters_.d2h_bytes += static_cast<int64_t>(nbytes);
-  counters_.allocations += 1;
+  if (profiler_ != nullptr) profiler_->Copy(true, *src->device(), static_cast<int64_t>(nbytes), modelled_s, start);
   return h;
+}
+
+TensorRef VirtualMachine::Allocate(int slot, const ShapeVec& shape, DLDataType dtype, const char* op) {
+  const MemoryPool& pool = *pools_[slot];
+  const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
+  const int64_t from_device_before = profiler_ != nullptr ? pool.device_allocations() : 0;
+  TensorRef t = idle_.Take(pool, shape, dtype);
+  if (!t) t = AllocTensor(pools_[slot], shape, dtype);
+  counters_.allocations += 1;
+  if (profiler_ != nullptr) {
+    profiler_->Alloc(op, *pool.device(), static_cast<int64_t>(t->nbytes()),
+                     pool.device_allocations() == from_device_before, start);
+  }
+  return t;
+}
+
+void VirtualMachine::SyncWith(Device& device) {
+  const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
+  device.Sync();
+  counters_.syncs += 1;
+  if (profiler_ != nullptr) profiler_->Sync(device, start);
 }
 
 void VirtualMachine::ExecInvokeKernel(const Instruction& ins, std::vector<Value>& regs) {
   size_t k = static_cast<size_t>(ins.op_at(0));
   const int64_t n = ins.list_size(0);
   const int64_t* args = ins.list(0);
-  scratch_tensors_.clear();
-  scratch_tensors_.reserve(static_cast<size_t>(n));
+  // Sized up front: the AnyViews below point into it.
+  if (scratch_tensors_.size() < static_cast<size_t>(n)) scratch_tensors_.resize(static_cast<size_t>(n));
+  DLTensor* next_tensor = scratch_tensors_.data();
   scratch_args_.clear();
   for (int64_t i = 0; i < n; ++i) {
     const Value& v = regs[args[i]];
     switch (v.kind) {
       case Value::Kind::kTensor:
-        scratch_tensors_.push_back(v.tensor->AsDLTensor());
-        scratch_args_.emplace_back(&scratch_tensors_.back());
+        // Built in place (guaranteed copy elision): a DLTensor returned on the
+        // stack and then copied stalls on store forwarding, a third of a call.
+        ::new (next_tensor) DLTensor(v.tensor->AsDLTensor());
+        scratch_args_.emplace_back(next_tensor++);
         break;
       case Value::Kind::kInt:
         scratch_args_.emplace_back(v.i);
@@ -287,12 +326,14 @@ void VirtualMachine::ExecInvokeKernel(const Instruction& ins, std::vector<Value>
     }
   }
   tvm::ffi::Any rv;
+  const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
   try {
     kernels_[k].CallPacked(scratch_args_.data(), static_cast<int32_t>(scratch_args_.size()), &rv);
   } catch (const tvm::ffi::Error& e) {
     Fail(ErrorKind::kRuntime, "kernel '" + exe_->kernels[k] + "' failed: " + e.kind() + ": " + e.message());
   }
   counters_.kernel_calls += 1;
+  if (profiler_ != nullptr) profiler_->Kernel(exe_->kernels[k], KernelDevice(regs, args, n), start);
 }
 
 void VirtualMachine::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Value>& regs) {
@@ -304,16 +345,23 @@ void VirtualMachine::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Val
   const int64_t* out = ins.list(1);
   const bool per_op = options_.dependence == Dependence::kPerOp && entry.AnyValue();
 
-  std::vector<ShapeFuncInput> inputs(static_cast<size_t>(n_in));
-  std::vector<DLTensor> values(static_cast<size_t>(n_in));
-  std::vector<ShapeVec> host_shapes(static_cast<size_t>(n_in));
+  // Scratch reused from call to call (sized before pointers into it are taken):
+  // a shape function runs once per dynamic op, and allocating its argument
+  // arrays cost more than most shape functions.
+  ShapeFuncScratch& scratch = shape_func_scratch_;
+  if (scratch.inputs.size() < static_cast<size_t>(n_in)) {
+    scratch.inputs.resize(static_cast<size_t>(n_in));
+    scratch.values.resize(static_cast<size_t>(n_in));
+    scratch.value_lengths.resize(static_cast<size_t>(n_in));
+  }
+  ShapeFuncInput* inputs = scratch.inputs.data();
   std::vector<TensorRef> staged;
   Device* wait_on = nullptr;
   for (int i = 0; i < n_in; ++i) {
     const Value& v = regs[in[i]];
     const bool wants_value = entry.NeedsValue(i);
-    ShapeFuncInput& input = inputs[static_cast<size_t>(i)];
-    DLTensor& value = values[static_cast<size_t>(i)];
+    ShapeFuncInput& input = inputs[i];
+    DLTensor& value = scratch.values[static_cast<size_t>(i)];
     switch (v.kind) {
       case Value::Kind::kTensor: {
         const TensorObj& t = *v.tensor;
@@ -333,13 +381,13 @@ void VirtualMachine::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Val
       case Value::Kind::kShape:
       case Value::Kind::kInt: {
         // Values already on the host: shapes are int64 vectors, ints scalars.
-        bool scalar = v.kind == Value::Kind::kInt;
-        host_shapes[static_cast<size_t>(i)] = scalar ? ShapeVec{} : ShapeVec{static_cast<int64_t>(v.shape.size())};
-        const ShapeVec& meta = host_shapes[static_cast<size_t>(i)];
-        value = DLTensor{const_cast<int64_t*>(scalar ? &v.i : v.shape.data()), DLDevice{kDLCPU, 0},
-                         scalar ? 0 : 1, DLDataType{kDLInt, 64, 1}, const_cast<int64_t*>(meta.data()),
-                         nullptr, 0};
-        input = ShapeFuncInput{meta.data(), static_cast<int>(meta.size()), value.dtype, &value};
+        const bool scalar = v.kind == Value::Kind::kInt;
+        int64_t* length = &scratch.value_lengths[static_cast<size_t>(i)];  // the vector's 1-d shape
+        *length = static_cast<int64_t>(v.shape.size());
+        const int ndim = scalar ? 0 : 1;
+        value = DLTensor{const_cast<int64_t*>(scalar ? &v.i : v.shape.data()), DLDevice{kDLCPU, 0}, ndim,
+                         DLDataType{kDLInt, 64, 1}, length, nullptr, 0};
+        input = ShapeFuncInput{length, ndim, value.dtype, &value};
         break;
       }
       default:
@@ -347,75 +395,25 @@ void VirtualMachine::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Val
                                    " is " + KindName(v.kind));
     }
   }
-  if (wait_on != nullptr) {
-    wait_on->Sync();
-    counters_.syncs += 1;
-  }
+  if (wait_on != nullptr) SyncWith(*wait_on);
 
-  std::vector<ShapeVec> results;
+  std::vector<ShapeVec>& results = scratch.results;
+  results.clear();
   Device& device = *devices_[kExecutionSlot];
   if (entry.native != nullptr) {
     ShapeFuncAttrs attrs{ins.list(2), static_cast<int>(ins.list_size(2))};
+    const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
     device.BeginHostShapeWork();
     try {
-      entry.native(inputs.data(), n_in, attrs, &results);
+      entry.native(inputs, n_in, attrs, &results);
     } catch (...) {
       device.EndHostShapeWork();
       throw;
     }
     device.EndHostShapeWork();
+    if (profiler_ != nullptr) profiler_->ShapeFunc(entry.name, true, start);
   } else {
-    // A shape function written in Python: TVM-compiled per input signature.
-    std::string signature;
-    for (int i = 0; i < n_in; ++i) {
-      if (i) signature += ",";
-      signature += DTypeToString(inputs[static_cast<size_t>(i)].dtype) + ":" + std::to_string(inputs[static_cast<size_t>(i)].ndim);
-    }
-    auto& cache = compiled_[sf];
-    auto it = cache.find(signature);
-    if (it == cache.end()) {
-      CompiledShapeFunc compiled;
-      try {
-        auto result = entry.compiler(signature).cast<tvm::ffi::Array<tvm::ffi::Any>>();
-        compiled.fn = result[0].cast<tvm::ffi::Function>();
-        for (size_t j = 1; j < result.size(); ++j) compiled.out_ndims.push_back(result[j].cast<int64_t>());
-      } catch (const tvm::ffi::Error& e) {
-        Fail(ErrorKind::kRuntime, "compiling the shape function of '" + entry.name + "' for (" + signature +
-                                      ") failed: " + e.kind() + ": " + e.message());
-      }
-      it = cache.emplace(signature, std::move(compiled)).first;
-    }
-    const CompiledShapeFunc& compiled = it->second;
-    results.resize(compiled.out_ndims.size());
-    std::vector<DLTensor> arg_tensors;
-    arg_tensors.reserve(static_cast<size_t>(n_in) + results.size());
-    std::vector<int64_t> out_extent(results.size());
-    for (int i = 0; i < n_in; ++i) {
-      const ShapeFuncInput& input = inputs[static_cast<size_t>(i)];
-      if (input.value != nullptr) {
-        arg_tensors.push_back(*input.value);
-      } else {
-        arg_tensors.push_back(DLTensor{kNeverRead, DLDevice{kDLCPU, 0}, input.ndim, input.dtype,
-                                       const_cast<int64_t*>(input.shape), nullptr, 0});
-      }
-    }
-    for (size_t j = 0; j < results.size(); ++j) {
-      results[j].assign(static_cast<size_t>(compiled.out_ndims[j]), 0);
-      out_extent[j] = compiled.out_ndims[j];
-      arg_tensors.push_back(DLTensor{results[j].data(), DLDevice{kDLCPU, 0}, 1, DLDataType{kDLInt, 64, 1},
-                                     &out_extent[j], nullptr, 0});
-    }
-    std::vector<tvm::ffi::AnyView> args;
-    for (DLTensor& t : arg_tensors) args.emplace_back(&t);
-    tvm::ffi::Any rv;
-    device.BeginHostShapeWork();
-    try {
-      compiled.fn.CallPacked(args.data(), static_cast<int32_t>(args.size()), &rv);
-    } catch (const tvm::ffi::Error& e) {
-      device.EndHostShapeWork();
-      Fail(ErrorKind::kRuntime, "shape function of '" + entry.name + "' failed: " + e.kind() + ": " + e.message());
-    }
-    device.EndHostShapeWork();
+    CallCompiledShapeFunc(sf, n_in, &results);
   }
   counters_.shape_func_calls += 1;
 
@@ -424,18 +422,104 @@ void VirtualMachine::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Val
                                 " shapes, the program expects " + std::to_string(n_out));
   }
   for (int j = 0; j < n_out; ++j) {
+    int64_t numel = 1;
     for (int64_t d : results[static_cast<size_t>(j)]) {
       if (d < 0) {
         Fail(ErrorKind::kValue, "shape function of '" + entry.name + "' returned a negative dimension " +
                                     std::to_string(d) + " for output " + std::to_string(j));
+      }
+      // A size no tensor can have is reported here, naming the op, rather
+      // than where it is first allocated.
+      if (__builtin_mul_overflow(numel, d, &numel)) {
+        std::string shape;
+        for (int64_t e : results[static_cast<size_t>(j)]) shape += (shape.empty() ? "" : ", ") + std::to_string(e);
+        Fail(ErrorKind::kValue, "shape function of '" + entry.name + "' returned [" + shape + "] for output " +
+                                    std::to_string(j) + ", whose element count overflows int64");
       }
     }
     regs[out[j]] = Value::Shape(std::move(results[static_cast<size_t>(j)]));
   }
 }
 
+void VirtualMachine::CallCompiledShapeFunc(size_t sf, int n_in, std::vector<ShapeVec>* results) {
+  const ShapeFuncEntry& entry = *shape_funcs_[sf];
+  ShapeFuncScratch& scratch = shape_func_scratch_;
+  const ShapeFuncInput* inputs = scratch.inputs.data();
+  // The input signature (dtype and rank of each input) as numbers: found in
+  // the cache without building its text, which only a compile needs.
+  std::vector<uint64_t>& key = scratch.signature;
+  key.clear();
+  for (int i = 0; i < n_in; ++i) {
+    key.push_back(static_cast<uint64_t>(EncodeDType(inputs[i].dtype)) | (static_cast<uint64_t>(inputs[i].ndim) << 32));
+  }
+  std::vector<CompiledShapeFunc>& cache = compiled_[sf];
+  const CompiledShapeFunc* compiled = nullptr;
+  for (const CompiledShapeFunc& c : cache) {
+    if (c.signature == key) {
+      compiled = &c;
+      break;
+    }
+  }
+  if (compiled == nullptr) {
+    std::string signature;
+    for (int i = 0; i < n_in; ++i) {
+      if (i) signature += ",";
+      signature += DTypeToString(inputs[i].dtype) + ":" + std::to_string(inputs[i].ndim);
+    }
+    const int64_t compile_start = profiler_ != nullptr ? profiler_->Now() : 0;
+    CompiledShapeFunc fresh;
+    fresh.signature = key;
+    try {
+      auto result = entry.compiler(signature).cast<tvm::ffi::Array<tvm::ffi::Any>>();
+      fresh.fn = result[0].cast<tvm::ffi::Function>();
+      for (size_t j = 1; j < result.size(); ++j) fresh.out_ndims.push_back(result[j].cast<int64_t>());
+    } catch (const tvm::ffi::Error& e) {
+      Fail(ErrorKind::kRuntime, "compiling the shape function of '" + entry.name + "' for (" + signature +
+                                    ") failed: " + e.kind() + ": " + e.message());
+    }
+    cache.push_back(std::move(fresh));
+    compiled = &cache.back();
+    if (profiler_ != nullptr) profiler_->Compile(entry.name, compile_start);
+  }
+  // Arguments: the inputs, then one int64 vector per output shape.
+  const size_t n_out = compiled->out_ndims.size();
+  results->resize(n_out);
+  std::vector<DLTensor>& tensors = scratch.arg_tensors;
+  tensors.resize(static_cast<size_t>(n_in) + n_out);  // sized before the AnyViews point into it
+  for (int i = 0; i < n_in; ++i) {
+    const ShapeFuncInput& input = inputs[i];
+    tensors[static_cast<size_t>(i)] =
+        input.value != nullptr ? *input.value
+                               : DLTensor{kNeverRead, DLDevice{kDLCPU, 0}, input.ndim, input.dtype,
+                                          const_cast<int64_t*>(input.shape), nullptr, 0};
+  }
+  for (size_t j = 0; j < n_out; ++j) {
+    ShapeVec& shape = (*results)[j];
+    shape.assign(static_cast<size_t>(compiled->out_ndims[j]), 0);
+    tensors[static_cast<size_t>(n_in) + j] = DLTensor{shape.data(), DLDevice{kDLCPU, 0}, 1, DLDataType{kDLInt, 64, 1},
+                                                      const_cast<int64_t*>(&compiled->out_ndims[j]), nullptr, 0};
+  }
+  std::vector<tvm::ffi::AnyView>& args = scratch.args;
+  args.clear();
+  for (DLTensor& t : tensors) args.emplace_back(&t);
+  tvm::ffi::Any rv;
+  Device& device = *devices_[kExecutionSlot];
+  const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
+  device.BeginHostShapeWork();
+  try {
+    compiled->fn.CallPacked(args.data(), static_cast<int32_t>(args.size()), &rv);
+  } catch (const tvm::ffi::Error& e) {
+    device.EndHostShapeWork();
+    Fail(ErrorKind::kRuntime, "shape function of '" + entry.name + "' failed: " + e.kind() + ": " + e.message());
+  }
+  device.EndHostShapeWork();
+  if (profiler_ != nullptr) profiler_->ShapeFunc(entry.name, false, start);
+}
+
 void VirtualMachine::ExecReadback(const Instruction& ins, std::vector<Value>& regs) {
   const int64_t n = ins.list_size(0);
+  const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
+  int64_t bytes = 0;
   std::vector<TensorRef> host(static_cast<size_t>(n));
   Device* wait_on = nullptr;
   for (int64_t i = 0; i < n; ++i) {
@@ -448,13 +532,11 @@ void VirtualMachine::ExecReadback(const Instruction& ins, std::vector<Value>& re
       continue;
     }
     host[static_cast<size_t>(i)] = StageToHost(src);
+    bytes += static_cast<int64_t>(src->nbytes());
     wait_on = src->device().get();
   }
   // All readbacks of one instruction wait on the device once.
-  if (wait_on != nullptr) {
-    wait_on->Sync();
-    counters_.syncs += 1;
-  }
+  if (wait_on != nullptr) SyncWith(*wait_on);
   for (int64_t i = 0; i < n; ++i) {
     const TensorObj& t = *host[static_cast<size_t>(i)];
     DLTensor view = HostView(t);
@@ -466,6 +548,7 @@ void VirtualMachine::ExecReadback(const Instruction& ins, std::vector<Value>& re
       regs[ins.list(0)[i]] = Value::Shape(std::move(s));
     }
   }
+  if (profiler_ != nullptr) profiler_->Readback(bytes, start);
 }
 
 }  // namespace shapefn

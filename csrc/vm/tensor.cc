@@ -9,18 +9,17 @@ namespace shapefn {
 
 namespace {
 constexpr size_t kAlignment = 64;
-size_t RoundSize(size_t n) {
+}  // namespace
+
+size_t MemoryPool::SizeClass(size_t n) {
   // Power-of-two-ish classes (4 per octave) bound waste at 25% and let blocks
   // of nearby sizes be reused across calls with different shapes.
   if (n <= 256) return 256;
-  size_t p = 256;
-  while (p < n) p <<= 1;
-  size_t quarter = p / 8;
-  size_t r = p / 2;
-  while (r < n) r += quarter;
-  return r;
+  const int log2_ceil = 64 - __builtin_clzll(n - 1);  // the octave (p/2, p], p = 2^log2_ceil
+  const size_t half = size_t{1} << (log2_ceil - 1);
+  const int step_log2 = log2_ceil - 3;                  // 4 classes per octave: steps of p/8
+  return half + ((((n - half - 1) >> step_log2) + 1) << step_log2);
 }
-}  // namespace
 
 MemoryPool::~MemoryPool() {
   for (auto& kv : free_) {
@@ -29,43 +28,61 @@ MemoryPool::~MemoryPool() {
 }
 
 void* MemoryPool::Acquire(size_t nbytes, size_t* rounded) {
-  size_t size = RoundSize(nbytes);
+  size_t size = SizeClass(nbytes);
   *rounded = size;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    in_use_ += size;
-    if (in_use_ > high_water_) high_water_ = in_use_;
     auto it = free_.find(size);
     if (it != free_.end() && !it->second.empty()) {
       void* p = it->second.back();
       it->second.pop_back();
+      CountAcquired(size);
       return p;
     }
   }
-  try {
-    return device_->Alloc(size, kAlignment);
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    in_use_ -= size;
-    throw;
+  // Counted only once it succeeded: a failed allocation (out of memory) must
+  // not raise the high-water mark.
+  void* p = device_->Alloc(size, kAlignment);
+  device_allocations_.fetch_add(1, std::memory_order_relaxed);
+  CountAcquired(size);
+  return p;
+}
+
+// The byte counts are atomics rather than under mutex_: IdleTensors moves
+// blocks in and out of use once per op, and a lock there costs more than the op.
+// in_use_ includes idle blocks; what is really in use is in_use_ - idle_.
+void MemoryPool::CountAcquired(size_t size) {
+  in_use_.fetch_add(size, std::memory_order_relaxed);
+  RaiseHighWater();
+}
+
+void MemoryPool::RaiseHighWater() {
+  const size_t now = in_use_.load(std::memory_order_relaxed) - idle_.load(std::memory_order_relaxed);
+  size_t high = high_water_.load(std::memory_order_relaxed);
+  while (now > high && !high_water_.compare_exchange_weak(high, now, std::memory_order_relaxed)) {
   }
 }
 
 void MemoryPool::Release(void* ptr, size_t rounded) {
+  in_use_.fetch_sub(rounded, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mutex_);
-  in_use_ -= rounded;
   free_[rounded].push_back(ptr);
 }
 
-size_t MemoryPool::bytes_in_use() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return in_use_;
+void MemoryPool::MarkIdle(size_t rounded) {
+  idle_.store(idle_.load(std::memory_order_relaxed) + rounded, std::memory_order_relaxed);
 }
 
-size_t MemoryPool::high_water_bytes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return high_water_;
+void MemoryPool::MarkInUse(size_t rounded) {
+  idle_.store(idle_.load(std::memory_order_relaxed) - rounded, std::memory_order_relaxed);
+  RaiseHighWater();
 }
+
+size_t MemoryPool::bytes_in_use() const {
+  return in_use_.load(std::memory_order_relaxed) - idle_.load(std::memory_order_relaxed);
+}
+
+size_t MemoryPool::high_water_bytes() const { return high_water_.load(std::memory_order_relaxed); }
 
 Storage::~Storage() {
   if (pool) {
@@ -83,33 +100,31 @@ int64_t TensorObj::numel() const {
 
 size_t TensorObj::nbytes() const { return CheckedNBytes(shape, dtype); }
 
-DLTensor TensorObj::AsDLTensor() const {
-  DLTensor t;
-  // Kernels compiled by TVM expect byte_offset 0, so the offset is folded
-  // into the pointer (fine for every device with pointer arithmetic).
-  t.data = data();
-  t.device = storage->device->kernel_device();
-  t.ndim = static_cast<int32_t>(shape.size());
-  t.dtype = dtype;
-  t.shape = const_cast<int64_t*>(shape.data());
-  t.strides = nullptr;
-  t.byte_offset = 0;
-  return t;
+namespace {
+std::string DescribeTensor(const ShapeVec& shape, DLDataType dtype) {
+  std::string s = "a " + DTypeToString(dtype) + " tensor of shape [";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
 }
+}  // namespace
 
 size_t CheckedNBytes(const ShapeVec& shape, DLDataType dtype) {
   size_t elem_bits = static_cast<size_t>(dtype.bits) * dtype.lanes;
   unsigned __int128 total = 1;
   for (int64_t d : shape) {
-    if (d < 0) Fail(ErrorKind::kValue, "negative dimension " + std::to_string(d) + " in a tensor shape");
+    if (d < 0) {
+      Fail(ErrorKind::kValue, "negative dimension " + std::to_string(d) + " in " + DescribeTensor(shape, dtype));
+    }
+  }
+  for (int64_t d : shape) {
     total *= static_cast<unsigned __int128>(d);
     if (total > static_cast<unsigned __int128>(std::numeric_limits<int64_t>::max())) {
-      Fail(ErrorKind::kValue, "tensor size overflows int64");
+      Fail(ErrorKind::kValue, "the element count of " + DescribeTensor(shape, dtype) + " overflows int64");
     }
   }
   total = (total * elem_bits + 7) / 8;
   if (total > static_cast<unsigned __int128>(std::numeric_limits<int64_t>::max())) {
-    Fail(ErrorKind::kValue, "tensor size in bytes overflows int64");
+    Fail(ErrorKind::kValue, "the size in bytes of " + DescribeTensor(shape, dtype) + " overflows int64");
   }
   return static_cast<size_t>(total);
 }

@@ -3,6 +3,8 @@
 
 #include <tvm/ffi/extra/c_env_api.h>
 
+#include <algorithm>
+
 #include "shapefn/error.h"
 
 namespace shapefn {
@@ -28,6 +30,8 @@ VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, std::share
   devices_[kExecutionSlot] = device;
   pools_[kHostSlot] = std::make_shared<MemoryPool>(devices_[kHostSlot]);
   pools_[kExecutionSlot] = device->is_host() ? pools_[kHostSlot] : std::make_shared<MemoryPool>(device);
+  idle_.Own(pools_[kHostSlot].get());
+  if (pools_[kExecutionSlot] != pools_[kHostSlot]) idle_.Own(pools_[kExecutionSlot].get());
 
   for (const std::string& name : exe_->kernels) {
     auto it = kernels.find(name);
@@ -80,8 +84,15 @@ VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, std::share
 
 VirtualMachine::~VirtualMachine() = default;
 
-Counters VirtualMachine::counters() const { return counters_; }
-void VirtualMachine::ResetCounters() { counters_ = Counters(); }
+Counters VirtualMachine::counters() const {
+  std::lock_guard<std::mutex> lock(call_mutex_);
+  return counters_;
+}
+
+void VirtualMachine::ResetCounters() {
+  std::lock_guard<std::mutex> lock(call_mutex_);
+  counters_ = Counters();
+}
 
 size_t VirtualMachine::pool_high_water_bytes(int slot) const {
   if (slot < 0 || slot >= kNumDeviceSlots) Fail(ErrorKind::kIndex, "device slot out of range");
@@ -93,16 +104,47 @@ Value VirtualMachine::Invoke(const std::string& function, std::vector<Value> arg
 }
 
 Value VirtualMachine::Invoke(int function_index, std::vector<Value> args) {
+  return Invoke(function_index, std::move(args), nullptr);
+}
+
+Value VirtualMachine::Invoke(int function_index, std::vector<Value> args, Profiler* profiler) {
   if (function_index < 0 || function_index >= static_cast<int>(exe_->functions.size())) {
     Fail(ErrorKind::kIndex, "function index " + std::to_string(function_index) + " out of range");
   }
+  // Device first, then VM: the one lock order, so two VMs cannot deadlock.
+  std::unique_lock<std::recursive_mutex> device_lock;
+  if (std::recursive_mutex* m = devices_[kExecutionSlot]->exclusive_use_mutex()) {
+    device_lock = std::unique_lock<std::recursive_mutex>(*m);
+  }
   std::lock_guard<std::mutex> lock(call_mutex_);
   const FunctionDef& fn = exe_->functions[static_cast<size_t>(function_index)];
+  // The profiler is this call's alone: cleared however the call ends.
+  struct ProfilerScope {
+    Profiler*& slot;
+    ~ProfilerScope() { slot = nullptr; }
+  } scope{profiler_};
+  profiler_ = profiler;
+  if (profiler_ != nullptr) profiler_->BeginCall(fn.name, *devices_[kExecutionSlot], counters_);
   CheckArguments(fn, args);
-  std::vector<Value> registers(static_cast<size_t>(fn.num_registers));
-  for (size_t i = 0; i < args.size(); ++i) registers[i] = std::move(args[i]);
+  // The outermost call's registers are reused from call to call (a frame as
+  // large as the program is costly to allocate and zero); what a call leaves
+  // in them is dropped when it ends, however it ends.
+  const size_t num_registers = static_cast<size_t>(fn.num_registers);
+  if (frame_.size() < num_registers) frame_.resize(num_registers);
+  struct FrameScope {
+    std::vector<Value>& regs;
+    size_t n;
+    ~FrameScope() {
+      for (size_t i = 0; i < n; ++i) {
+        if (regs[i].kind != Value::Kind::kEmpty) regs[i] = Value();
+      }
+    }
+  } frame_scope{frame_, num_registers};
+  for (size_t i = 0; i < args.size(); ++i) frame_[i] = std::move(args[i]);
   call_start_instructions_ = counters_.instructions;
-  return Run(function_index, registers, 0);
+  Value result = Run(function_index, frame_, 0);
+  if (profiler_ != nullptr) profiler_->EndCall(counters_);
+  return result;
 }
 
 void VirtualMachine::CheckArguments(const FunctionDef& fn, std::vector<Value>& args) {
@@ -110,20 +152,29 @@ void VirtualMachine::CheckArguments(const FunctionDef& fn, std::vector<Value>& a
     Fail(ErrorKind::kType, "'" + fn.name + "' takes " + std::to_string(fn.params.size()) +
                                " arguments, got " + std::to_string(args.size()));
   }
-  std::vector<int64_t> symbols(fn.symbols.size(), -1);
+  // Sizes bound by earlier dimensions; on the stack for the usual few symbols.
+  int64_t small_symbols[8];
+  std::vector<int64_t> many_symbols;
+  int64_t* symbols = small_symbols;
+  if (fn.symbols.size() > 8) {
+    many_symbols.resize(fn.symbols.size());
+    symbols = many_symbols.data();
+  }
+  std::fill(symbols, symbols + fn.symbols.size(), -1);
   for (size_t i = 0; i < args.size(); ++i) {
     const ParamSpec& p = fn.params[i];
     if (p.device_slot == kAnySlot) continue;
-    std::string where = "'" + fn.name + "' argument " + std::to_string(i) + " ('" + p.name + "')";
+    // Built only for an error: on the call path, formatting it costs more than the check.
+    auto where = [&] { return "'" + fn.name + "' argument " + std::to_string(i) + " ('" + p.name + "')"; };
     if (args[i].kind != Value::Kind::kTensor) {
-      Fail(ErrorKind::kType, where + " must be a tensor, got " + KindName(args[i].kind));
+      Fail(ErrorKind::kType, where() + " must be a tensor, got " + KindName(args[i].kind));
     }
     const TensorObj& t = *args[i].tensor;
     if (t.dtype.code != p.dtype.code || t.dtype.bits != p.dtype.bits || t.dtype.lanes != p.dtype.lanes) {
-      Fail(ErrorKind::kType, where + " must have dtype " + DTypeToString(p.dtype) + ", got " + DTypeToString(t.dtype));
+      Fail(ErrorKind::kType, where() + " must have dtype " + DTypeToString(p.dtype) + ", got " + DTypeToString(t.dtype));
     }
     if (t.shape.size() != p.dims.size()) {
-      Fail(ErrorKind::kValue, where + " must have rank " + std::to_string(p.dims.size()) + ", got rank " +
+      Fail(ErrorKind::kValue, where() + " must have rank " + std::to_string(p.dims.size()) + ", got rank " +
                                   std::to_string(t.shape.size()));
     }
     for (size_t d = 0; d < p.dims.size(); ++d) {
@@ -131,7 +182,7 @@ void VirtualMachine::CheckArguments(const FunctionDef& fn, std::vector<Value>& a
       int64_t got = t.shape[d];
       if (want >= 0) {
         if (got != want) {
-          Fail(ErrorKind::kValue, where + " dimension " + std::to_string(d) + " must be " +
+          Fail(ErrorKind::kValue, where() + " dimension " + std::to_string(d) + " must be " +
                                       std::to_string(want) + ", got " + std::to_string(got));
         }
         continue;
@@ -140,15 +191,18 @@ void VirtualMachine::CheckArguments(const FunctionDef& fn, std::vector<Value>& a
       if (symbols[s] < 0) {
         symbols[s] = got;
       } else if (symbols[s] != got) {
-        Fail(ErrorKind::kValue, where + " dimension " + std::to_string(d) + " is " + std::to_string(got) +
+        Fail(ErrorKind::kValue, where() + " dimension " + std::to_string(d) + " is " + std::to_string(got) +
                                     " but '" + fn.symbols[s] + "' is " + std::to_string(symbols[s]) +
                                     " from an earlier dimension");
       }
     }
     if (t.device() != devices_[p.device_slot]) {
       if (!t.device()->is_host() && !devices_[p.device_slot]->is_host()) {
-        Fail(ErrorKind::kValue, where + " is on device '" + t.device()->name() + "', this VM runs on '" +
-                                    devices_[kExecutionSlot]->name() + "'");
+        const std::string& mine = devices_[kExecutionSlot]->name();
+        Fail(ErrorKind::kValue, where() + " is on device '" + t.device()->name() + "', " +
+                                    (t.device()->name() == mine ? "another instance than this VM's"
+                                                                : "this VM runs on '" + mine + "'") +
+                                    "; pass tensor.numpy() to copy it through the host");
       }
       args[i] = Value::Tensor(CopyTo(args[i].tensor, p.device_slot));
     }
@@ -172,20 +226,20 @@ TensorRef VirtualMachine::CopyTo(const TensorRef& src, int slot) {
   if (src->device() == target) return src;
   if (target->is_host()) {
     TensorRef dst = StageToHost(src);
-    src->device()->Sync();
-    counters_.syncs += 1;
+    SyncWith(*src->device());
     return dst;
   }
-  TensorRef dst = AllocTensor(pools_[slot], src->shape, src->dtype);
-  counters_.allocations += 1;
-  size_t n = src->nbytes();
-  if (src->device()->is_host()) {
-    counters_.modelled_transfer_s += target->CopyFromHost(dst->data(), src->data(), n);
-    counters_.h2d_copies += 1;
-    counters_.h2d_bytes += static_cast<int64_t>(n);
-  } else {
+  if (!src->device()->is_host()) {
     Fail(ErrorKind::kValue, "cannot copy between devices '" + src->device()->name() + "' and '" + target->name() + "'");
   }
+  TensorRef dst = Allocate(slot, src->shape, src->dtype, "copy_buffer");
+  size_t n = src->nbytes();
+  const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
+  double modelled_s = target->CopyFromHost(dst->data(), src->data(), n);
+  counters_.modelled_transfer_s += modelled_s;
+  counters_.h2d_copies += 1;
+  counters_.h2d_bytes += static_cast<int64_t>(n);
+  if (profiler_ != nullptr) profiler_->Copy(false, *target, static_cast<int64_t>(n), modelled_s, start);
   return dst;
 }
 

@@ -2,12 +2,19 @@
 import importlib
 import sys
 
-BENCHMARKS = {"copy_elimination": "shapefn.bench.copy_elimination", "models": "shapefn.bench.models"}
+BENCHMARKS = {
+    "copy_elimination": "shapefn.bench.copy_elimination",
+    "models": "shapefn.bench.models",
+    "vm_overhead": "shapefn.bench.vm_overhead",
+    "compile": "shapefn.bench.compile_time",
+    "report": "shapefn.bench.report",
+}
 
 
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in BENCHMARKS:
-        print(f"usage: python -m shapefn.bench {{{','.join(BENCHMARKS)}}} [--json] [options]", file=sys.stderr)
+        print(f"usage: python -m shapefn.bench {{{','.join(BENCHMARKS)}}} [--json] [--cache-flush] [options]",
+              file=sys.stderr)
         sys.exit(2)
     importlib.import_module(BENCHMARKS[sys.argv[1]]).main(sys.argv[2:])
 

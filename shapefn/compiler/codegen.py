@@ -3,6 +3,12 @@
 Symbolic sizes live in int64 registers: each is read from a parameter's shape
 when first needed and reused; shape expressions become ``shape_make`` /
 ``load_shape``; data-dependent shapes come from ``invoke_shape_func``.
+
+Relax has no loops; loops (ONNX ``Loop``) are recursive functions. A call of
+a function to itself in tail position becomes a jump back to its first
+instruction after the arguments are moved into the parameter registers, so
+a loop of any trip count runs in one frame (TVM's Relax VM recurses on the
+native stack instead).
 """
 from __future__ import annotations
 
@@ -10,13 +16,18 @@ import tvm
 import tvm_ffi
 from tvm import relax, tirx
 
-from ..builder import FunctionBuilder, Label, Param, ProgramBuilder, Reg
+from ..builder import Label, Param, ProgramBuilder, Reg
 from .schedule import schedule
 from .placement import ALLOC_TENSOR, DEVICE, HOST, Placement, is_prim, is_tensor_const, key, place
 from .shape_calls import SHAPE_FUNC, VIEW
 
 _ARITH = {tirx.Add: "add", tirx.Sub: "sub", tirx.Mul: "mul", tirx.FloorDiv: "floordiv",
-          tirx.FloorMod: "floormod", tirx.Min: "min", tirx.Max: "max", tirx.LT: "lt", tirx.EQ: "eq"}
+          tirx.FloorMod: "floormod", tirx.Min: "min", tirx.Max: "max", tirx.LT: "lt", tirx.EQ: "eq",
+          # Booleans are 0 / 1 in registers.
+          tirx.And: "min", tirx.Or: "max"}
+# Comparisons the VM has no instruction for: (instruction, operands swapped, result negated).
+_COMPARE = {tirx.GT: ("lt", True, False), tirx.GE: ("lt", False, True), tirx.LE: ("lt", True, True),
+            tirx.NE: ("eq", False, True)}
 _KILLS = {"relax.memory.kill_tensor", "relax.memory.kill_storage", "relax.vm.kill_object"}
 
 
@@ -55,8 +66,11 @@ class ModuleCodegen:
     def run(self) -> ProgramBuilder:
         functions = [(gv, f) for gv, f in self.mod.functions.items() if isinstance(f, relax.Function)]
         functions.sort(key=lambda item: item[0].name_hint != "main")  # main first
-        for gv, func in functions:
-            _FunctionCodegen(self, gv.name_hint, func).run()
+        # Every function is declared before any is emitted: a call names its
+        # callee's index, which must be the callee's place in the program.
+        codegens = [_FunctionCodegen(self, gv, func) for gv, func in functions]
+        for codegen in codegens:
+            codegen.run()
         return self.program
 
     def constant(self, const: tvm.ir.GenericConst, slot: str) -> int:
@@ -67,8 +81,10 @@ class ModuleCodegen:
 
 
 class _FunctionCodegen:
-    def __init__(self, module: ModuleCodegen, name: str, func: relax.Function):
+    def __init__(self, module: ModuleCodegen, gv: relax.GlobalVar, func: relax.Function):
+        name = gv.name_hint
         self.module = module
+        self.gv = gv
         self.func = func
         self.placement: Placement = place(func, module.mod, module.all_host)
         self.regs: dict[int, Reg] = {}
@@ -77,6 +93,8 @@ class _FunctionCodegen:
         self.var_sources: dict[int, tuple[Reg, int, bool]] = {}  # size var -> (reg, axis, reg is a tensor)
         self.scope = _Scope()
         self.fb = module.program.function(name, self._params(func))
+        self.start = Label()  # where a self tail call jumps to
+        self.fb.place(self.start)
 
     # ---- parameters and size variables -------------------------------------
     def _params(self, func: relax.Function) -> list[Param]:
@@ -101,6 +119,9 @@ class _FunctionCodegen:
                     for axis, d in enumerate(ty.values):
                         if isinstance(d, tirx.Var):
                             self.var_sources.setdefault(key(d), (Reg(i), axis, False))
+                if isinstance(ty, tvm.ir.PrimType):
+                    # A scalar parameter is itself a symbolic variable (R.Prim("int64")).
+                    self.scope.put(("prim", key(p)), Reg(i))
                 params.append(Param(p.name, "int64", [], "any"))
             self.bind(p, Reg(i))
         return params
@@ -135,6 +156,14 @@ class _FunctionCodegen:
             return self.prim(expr.value)
         elif type(expr) in _ARITH:
             reg = fb.emit(_ARITH[type(expr)], self.prim(expr.a), self.prim(expr.b))
+        elif type(expr) in _COMPARE:
+            op, swapped, negated = _COMPARE[type(expr)]
+            a, b = (expr.b, expr.a) if swapped else (expr.a, expr.b)
+            reg = fb.emit(op, self.prim(a), self.prim(b))
+            if negated:
+                reg = fb.emit("sub", self.prim(1), reg)
+        elif isinstance(expr, tirx.Not):
+            reg = fb.emit("sub", self.prim(1), self.prim(expr.a))
         else:
             raise CodegenError(f"shape expression {expr} ({type(expr).__name__}) is not supported")
         return self.scope.put(k, reg)
@@ -199,17 +228,95 @@ class _FunctionCodegen:
 
     # ---- bindings ------------------------------------------------------------
     def run(self) -> None:
-        result = self.seq(self.func.body)
-        self.fb.ret(result)
+        result = self.seq(self.func.body, tail=True)
+        if result is not None:
+            self.fb.ret(result)
 
-    def seq(self, seq: relax.SeqExpr) -> Reg:
-        for block in seq.blocks:
-            for group in schedule(list(block.bindings)):
-                if len(group) == 1:
-                    self.binding(group[0])
-                else:
+    def seq(self, seq: relax.SeqExpr, tail: bool = False) -> Reg | None:
+        """Emits a sequence and returns the register of its value, or None
+        if it ends in a self tail call (a jump: no value comes back here)."""
+        blocks = [[group for group in schedule(list(block.bindings))] for block in seq.blocks]
+        tail_binding = self._tail_binding(blocks, seq.body) if tail else None
+        jumped = False
+        for groups in blocks:
+            for group in groups:
+                if len(group) > 1:
                     self.readbacks(group)
+                elif group[0] is tail_binding:
+                    jumped = self.tail_binding(group[0])
+                elif jumped and self._kills_parameter(group[0]):
+                    continue  # the parameter registers already hold the next iteration's values
+                else:
+                    self.binding(group[0])
+        if jumped:
+            self.fb.goto(self.start)  # after the kills that followed the call
+            return None
         return self.value(seq.body)
+
+    def _tail_binding(self, blocks, result) -> relax.Binding | None:
+        """The binding in tail position of a sequence whose value is
+        ``result``: a self call or an If, followed only by kills and aliases
+        of the result."""
+        if not isinstance(result, relax.Var):
+            return None
+        results = {key(result)}
+        for groups in reversed(blocks):
+            for group in reversed(groups):
+                if len(group) > 1:
+                    return None
+                binding = group[0]
+                value = binding.value
+                if _is_kill(value) and key(value.args[0]) not in results:
+                    continue
+                if key(binding.var) not in results or isinstance(binding, relax.MatchCast):
+                    return None
+                if isinstance(value, relax.Var):
+                    results.add(key(value))
+                    continue
+                is_self_call = isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar) \
+                    and value.op.name_hint == self.gv.name_hint
+                return binding if is_self_call or isinstance(value, relax.If) else None
+        return None
+
+    def tail_binding(self, binding) -> bool:
+        """Emits a binding in tail position; True if every path through it
+        ends in a jump back to the function start."""
+        if isinstance(binding.value, relax.If):
+            reg = self.branch(binding.value, tail=True)
+            self.bind(binding.var, reg if reg is not None else self.fb.reg())
+            return reg is None
+        self.tail_call(binding.value.args)
+        self.bind(binding.var, self.fb.reg())  # never written: the aliases after it are not emitted
+        return True
+
+    def tail_call(self, args) -> None:
+        """A self call in tail position: the arguments move into the
+        parameter registers (execution then restarts at the first
+        instruction, in the same frame, see ``seq``). Arguments that are themselves
+        parameter registers are staged first, so no move reads a parameter
+        another move already overwrote."""
+        fb = self.fb
+        sources = self.call_args(self.func, args)
+        n_params = len(self.func.params)
+        staged = []
+        for k, src in enumerate(sources):
+            if src.index < n_params and src.index != k:
+                temp = fb.reg()
+                fb.move(temp, src)
+                sources[k] = temp
+                staged.append(temp)
+        for k, src in enumerate(sources):
+            if src.index != k:
+                fb.move(Reg(k), src)
+        for temp in staged:
+            fb.kill(temp)
+
+    def _kills_parameter(self, binding) -> bool:
+        value = binding.value
+        if not _is_kill(value):
+            return False
+        reg = self.regs.get(key(value.args[0]))
+        return reg is not None and reg.index < len(self.func.params)
 
     def readbacks(self, group) -> None:
         """Several tensor_to_shape bindings read back in one instruction: one sync."""
@@ -258,7 +365,9 @@ class _FunctionCodegen:
             return
         self.bind(var, self.value(value))
 
-    def branch(self, node: relax.If) -> Reg:
+    def branch(self, node: relax.If, tail: bool = False) -> Reg | None:
+        """Emits an If; returns its result register, or None when both arms
+        end in a self tail call."""
         fb = self.fb
         cond = node.cond
         if is_prim(cond):
@@ -268,17 +377,22 @@ class _FunctionCodegen:
             fb.readback([flag], [self.tensor(cond, HOST)])
         result, otherwise, done = fb.reg(), Label(), Label()
         fb.emit("if", flag, otherwise)
+        returns = False
         for body, label in ((node.true_branch, None), (node.false_branch, otherwise)):
             if label is not None:
                 fb.place(label)
             outer = self.scope
             self.scope = _Scope(outer)
-            fb.move(result, self.seq(body))
+            value = self.seq(body, tail)
             self.scope = outer
+            if value is None:
+                continue
+            returns = True
+            fb.move(result, value)
             if label is None:
                 fb.goto(done)
         fb.place(done)
-        return result
+        return result if returns else None
 
     def call(self, binding, call: relax.Call) -> Reg | None:
         op, fb = call.op, self.fb
@@ -288,7 +402,7 @@ class _FunctionCodegen:
                 self.kernel(binding, op.name_hint, call.args)
                 return None
             dst = fb.reg()
-            fb.emit("call", dst, op.name_hint, [self.value(a) for a in call.args])
+            fb.emit("call", dst, op.name_hint, self.call_args(callee, call.args))
             return dst
         if isinstance(op, relax.ExternFunc):
             name = op.global_symbol
@@ -319,6 +433,18 @@ class _FunctionCodegen:
         if name == "relax.null_value":
             return fb.reg()
         raise CodegenError(f"op '{name}' was not lowered to kernels (is it supported by TVM's LegalizeOps?)")
+
+    def call_args(self, callee: relax.Function, args) -> list[Reg]:
+        """Registers of a call's arguments; tensors go where the callee
+        expects its tensor parameters (on the execution device)."""
+        slot = HOST if self.module.all_host else DEVICE
+        regs = []
+        for param, arg in zip(callee.params, args):
+            if isinstance(param.ty, relax.TensorType) and (isinstance(arg, relax.Var) or is_tensor_const(arg)):
+                regs.append(self.tensor(arg, slot))
+            else:
+                regs.append(self.value(arg))
+        return regs
 
     def bind(self, var, reg: Reg) -> None:
         self.regs[key(var)] = reg
@@ -362,6 +488,10 @@ class _FunctionCodegen:
         n_out = len(ty.fields) if isinstance(ty, relax.TupleType) else 1
         outs = self.fb.shape_func(op_name, inputs, n_out, attrs)
         return outs[0] if n_out == 1 else self.fb.make_tuple(outs)
+
+
+def _is_kill(value) -> bool:
+    return isinstance(value, relax.Call) and getattr(value.op, "name", None) in _KILLS
 
 
 def _unique(name: str, taken) -> str:

@@ -1,11 +1,103 @@
-"""Legalizations shapefn overrides because TVM's are wrong on dynamic shapes:
-``broadcast_to`` from a size-1 dimension known only at run time, and
-``resize2d`` with symbolic output sizes (build failures, off-by-one pixels
-against onnxruntime)."""
+"""Legalizations shapefn overrides in TVM's ``LegalizeOps``.
+
+``broadcast_to`` from a size-1 dimension known only at run time and
+``resize2d`` with symbolic output sizes, because TVM's are wrong there (build
+failures, off-by-one pixels against onnxruntime); ``concat`` of many inputs
+whose sizes along the axis are symbolic, because TVM's is slow to compile
+there (see ``legalize_concat``).
+"""
 from __future__ import annotations
+
+from tvm import relax, tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as T
 
 from .dyn_kernels import legalize_broadcast_to, legalize_resize2d
 
+# TVM's concat reads element j from a chain of selects whose conditions and
+# indices are prefix sums of the inputs' extents: with symbolic extents
+# nothing folds and the kernel's code grows with the square of the number of
+# inputs (LLVM then takes ~0.5 s at 4 such inputs, 20 s at 32, 100 s at the 91
+# in SSD-lite's post-processing). Fewer than this many stay with TVM's, which
+# can fuse into its neighbours.
+SEQUENTIAL_CONCAT_MIN_SYMBOLIC_INPUTS = 4
+# Inputs per sequential concat kernel. Each tensor argument costs checks in
+# the kernel's entry (type, rank, dtype, shape, device) that LLVM compiles in
+# time growing faster than the argument count (~0.2 s at 8, ~6 s at 64), so
+# more inputs are concatenated in a tree of such kernels (one small copy per
+# level; all kernels of one arity are one kernel).
+SEQUENTIAL_CONCAT_MAX_INPUTS = 8
+
 
 def legalize_map() -> dict:
-    return {"relax.broadcast_to": legalize_broadcast_to, "relax.image.resize2d": legalize_resize2d}
+    return {"relax.broadcast_to": legalize_broadcast_to, "relax.image.resize2d": legalize_resize2d,
+            "relax.concat": legalize_concat}
+
+
+def sequential_concat(num_inputs: int, ndim: int, axis: int, dtype: str) -> tirx.PrimFunc:
+    """Concatenation along ``axis`` as one copy loop nest per input, each
+    writing at its running offset: ``(x0, ..., x{n-1}, out)``. Code size is
+    linear in the number of inputs; sizes off the axis are shared."""
+    dims = [tirx.Var(f"d{a}", "int64") for a in range(ndim)]
+    extents = [tirx.Var(f"n{k}", "int64") for k in range(num_inputs)]
+
+    def shape(extent):
+        return [extent if a == axis else d for a, d in enumerate(dims)]
+
+    with IRBuilder() as ib, T.prim_func():
+        T.func_attr({"tirx.noalias": True})
+        inputs = [T.buffer_proxy(T.arg(f"x{k}", tirx.decl_buffer(shape(n), dtype, name=f"x{k}")))
+                  for k, n in enumerate(extents)]
+        total = sum(extents[1:], extents[0])
+        out = T.buffer_proxy(T.arg("out", tirx.decl_buffer(shape(total), dtype, name="out")))
+        offset = tirx.const(0, "int64")
+        for x, n in zip(inputs, extents):
+            with T.grid(*shape(n)) as idx:
+                idx = list(idx) if ndim > 1 else [idx]
+                out[tuple(i + offset if a == axis else i for a, i in enumerate(idx))] = x[tuple(idx)]
+            offset = offset + n
+    return ib.get()
+
+
+def legalize_concat(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """``relax.concat`` through ``sequential_concat`` kernels when at least
+    ``SEQUENTIAL_CONCAT_MIN_SYMBOLIC_INPUTS`` inputs have a symbolic extent
+    along the axis; TVM's legalization otherwise."""
+    (fields,) = call.args
+    out_type = call.ty
+    shapes = [getattr(f.ty, "shape", None) for f in fields.fields] if isinstance(fields, relax.Tuple) else None
+    if not shapes or any(not isinstance(s, relax.ShapeExpr) for s in shapes) \
+            or not isinstance(out_type, relax.TensorType) or out_type.shape is None:
+        return _default_legalization(bb, call)
+    ndim = len(shapes[0].values)
+    axis = int(call.attrs.axis) % ndim
+    if sum(not isinstance(s.values[axis], tirx.IntImm) for s in shapes) < SEQUENTIAL_CONCAT_MIN_SYMBOLIC_INPUTS:
+        return _default_legalization(bb, call)
+    dtype = str(out_type.dtype)
+    group = SEQUENTIAL_CONCAT_MAX_INPUTS
+    tensors = list(fields.fields)
+    while len(tensors) > group:
+        tensors = [_concat_call(bb, tensors[i:i + group], axis, dtype)
+                   for i in range(0, len(tensors), group)]
+    return relax.call_tir(_kernel(bb, len(tensors), ndim, axis, dtype), tensors, out_type)
+
+
+def _concat_call(bb: relax.BlockBuilder, tensors: list, axis: int, dtype: str) -> relax.Expr:
+    """A variable bound to the sequential concat of ``tensors`` (one tensor as is)."""
+    if len(tensors) == 1:
+        return tensors[0]
+    dims = list(tensors[0].ty.shape.values)
+    dims[axis] = sum((t.ty.shape.values[axis] for t in tensors[1:]), dims[axis])
+    ndim = len(dims)
+    return bb.emit(relax.call_tir(_kernel(bb, len(tensors), ndim, axis, dtype), tensors,
+                                  relax.TensorType(dims, dtype)))
+
+
+def _kernel(bb: relax.BlockBuilder, num_inputs: int, ndim: int, axis: int, dtype: str) -> relax.GlobalVar:
+    return bb.add_func(sequential_concat(num_inputs, ndim, axis, dtype), "concat")
+
+
+def _default_legalization(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    from tvm import ir
+
+    return ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)

@@ -33,6 +33,11 @@ def _unknown_shape(call: relax.Call) -> bool:
     return isinstance(ty, relax.TensorType) and ty.shape is None and ty.ndim >= 0
 
 
+def _rank_only(expr: relax.Expr) -> bool:
+    ty = getattr(expr, "ty", None)
+    return isinstance(ty, relax.TensorType) and ty.shape is None and ty.ndim >= 0 and ty.dtype is not None
+
+
 def _dtype(expr: relax.Expr) -> str:
     return str(expr.ty.dtype)
 
@@ -81,7 +86,7 @@ class _Lowering(relax.PyExprMutator):
             self._seen.pop()
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
-        call = super().visit_call_(call)
+        call = self._with_known_shapes(super().visit_call_(call))
         name = getattr(call.op, "name", None)
         if name in _COUNT_SIZED:
             # Exporters repeat these (SSD-lite runs each class's nonzero twice)
@@ -104,6 +109,23 @@ class _Lowering(relax.PyExprMutator):
         if _unknown_shape(call) and name == "relax.concat":
             return self._concat(call)
         return call
+
+    def _with_known_shapes(self, call: relax.Call) -> relax.Call:
+        """An op whose tensor operands have a rank but no shape (results of
+        calls and Ifs: a recursive function's result type cannot name the
+        sizes) gets them cast to fresh sizes, read from the values at run
+        time; TVM legalizes only ops whose operand shapes it knows."""
+        if not isinstance(call.op, tvm.ir.Op) or not any(_rank_only(a) for a in call.args):
+            return call
+        bb = self.builder_
+        args = []
+        for a in call.args:
+            if _rank_only(a):
+                dims = [tvm.tirx.Var(f"{a.name if isinstance(a, relax.Var) else 'arg'}_{i}", "int64")
+                        for i in range(a.ty.ndim)]
+                a = bb.match_cast(a, relax.TensorType(dims, a.ty.dtype))
+            args.append(a)
+        return bb.normalize(relax.Call(call.op, args, call.attrs, call.ty_args))
 
     def _broadcasting(self, call: relax.Call) -> relax.Expr:
         """An elementwise op on operands with unrelated symbolic sizes (which

@@ -16,27 +16,29 @@ import os
 
 import onnx
 import tvm
+from google.protobuf.message import DecodeError
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 
+from ..errors import InvalidOnnxModel, UnsupportedOnnxOp
 from . import onnx_converters
+from .onnx_loop import convert_loop
 
 # Ops TVM's converters accept ShapeExpr inputs for (from its importer).
 _SHAPE_COMPATIBLE = {"Reshape", "Resize", "ConstantOfShape", "Gather", "Slice", "Shape", "Expand", "Concat",
                      "Equal", "Where", "Cast", "CastLike", "Squeeze"}
 
 
-class UnsupportedOnnxOp(NotImplementedError):
-    """An ONNX operator neither shapefn nor TVM can import; names the op."""
+# Ops the importer converts itself rather than through a converter.
+_IMPORTER_OPS = {"If", "Loop", "Constant"}
+_DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 class _Importer(tvm_onnx.ONNXGraphImporter):
     _fresh = 0
+
     def _check_for_unsupported_ops(self, graph):
-        supported = set(tvm_onnx._get_convert_map()) | set(onnx_converters.CONVERTERS) | {"If", "Constant"}
-        missing = sorted({node.op_type for node in _all_nodes(graph)} - supported)
-        if missing:
-            raise UnsupportedOnnxOp(f"ONNX operators not supported: {', '.join(missing)}")
+        pass  # from_onnx checked the whole model (TVM's check misses shapefn's converters)
 
     def _construct_nodes(self, graph):
         for node in graph.node:
@@ -72,6 +74,9 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
             then_branch = self._branch(attr["then_branch"])
             else_branch = self._branch(attr["else_branch"])
             self._bind_outputs(outputs, self.bb.emit(relax.If(cond, then_branch, else_branch)))
+            return
+        if op_name == "Loop":
+            self._nodes.update(zip(outputs, convert_loop(self, node, inputs, attr)))
             return
         if op_name not in _SHAPE_COMPATIBLE and op_name not in onnx_converters.CONVERTERS:
             inputs = _coerce(self.bb, inputs)
@@ -187,15 +192,66 @@ def _all_nodes(graph):
                 yield from _all_nodes(g)
 
 
+def _node_label(node) -> str:
+    if node.name:
+        return repr(node.name)
+    return f"(unnamed, output {node.output[0]!r})" if node.output else "(unnamed)"
+
+
+def _check_model(model: onnx.ModelProto) -> None:
+    """Rejects, before anything is converted, a model with operators that
+    cannot be imported (``UnsupportedOnnxOp`` listing every one, subgraphs
+    included, with its nodes) and a model ``onnx.checker`` finds malformed
+    (``InvalidOnnxModel``)."""
+    supported = set(tvm_onnx._get_convert_map()) | set(onnx_converters.CONVERTERS) | _IMPORTER_OPS
+    unsupported: dict[str, list[str]] = {}
+    for node in _all_nodes(model.graph):
+        if node.domain in _DEFAULT_DOMAINS and node.op_type in supported:
+            continue
+        op = node.op_type if node.domain in _DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+        unsupported.setdefault(op, []).append(_node_label(node))
+    if unsupported:
+        listing = "; ".join(f"{op} (node{'s' if len(nodes) > 1 else ''} {', '.join(nodes)})"
+                            for op, nodes in sorted(unsupported.items()))
+        raise UnsupportedOnnxOp(f"ONNX operators not supported: {listing}", unsupported)
+    try:
+        onnx.checker.check_model(_with_io_shapes(model))
+    except onnx.checker.ValidationError as err:
+        raise InvalidOnnxModel(f"the ONNX model is malformed: {err}") from None
+
+
+def _with_io_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` for onnx.checker, which requires a shape on every graph
+    input and output: TVM's importer (and so shapefn) takes ones of unknown
+    rank, so those get an empty shape, on a copy, that nothing reads."""
+    def unshaped(values):
+        return [v for v in values if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape")]
+
+    if not unshaped([*model.graph.input, *model.graph.output]):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for value in unshaped([*copy.graph.input, *copy.graph.output]):
+        value.type.tensor_type.shape.SetInParent()
+    return copy
+
+
 def from_onnx(model, shape_dict: dict | None = None) -> tvm.IRModule:
     """Imports an ONNX model (a ``ModelProto`` or a path) as a Relax module
     for ``shapefn.compile``. Input shapes come from the model (symbolic where
-    it names them) unless ``shape_dict`` gives them. Raises
-    ``UnsupportedOnnxOp`` naming any operator that cannot be imported."""
+    it names them) unless ``shape_dict`` gives them. Raises, before
+    converting anything, ``UnsupportedOnnxOp`` listing every operator that
+    cannot be imported and the nodes using it, and ``InvalidOnnxModel`` for a
+    malformed model or a file that is not one."""
     if isinstance(model, (str, os.PathLike)):
-        model = onnx.load(os.fspath(model))
+        path = os.fspath(model)
+        try:
+            model = onnx.load(path)
+        except DecodeError as err:
+            raise InvalidOnnxModel(f"'{path}' is not an ONNX model: {err}") from None
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"from_onnx takes an onnx.ModelProto or a path, got {type(model).__name__}")
+    _check_model(model)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     importer = _Importer(shape_dict, "float32", keep_params_in_input=False, sanitize=True)
     return importer.from_onnx(model.graph, opset)

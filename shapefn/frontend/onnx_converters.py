@@ -303,8 +303,10 @@ def concat(importer, inputs, attrs, opset):
     int64 tensors."""
     values = [v for v in inputs if v is not None]
     kinds = {type(v.ty).__name__ for v in values}
-    if "TensorType" not in kinds or kinds == {"TensorType"}:
+    if "TensorType" not in kinds:
         return NotImplemented
+    if kinds == {"TensorType"}:
+        return _concat_tensors(importer, values, attrs, opset)
     shape = _concat_shape(importer, values)
     if shape is not None:
         return shape
@@ -319,6 +321,30 @@ def concat(importer, inputs, attrs, opset):
             v = bb.emit(relax.op.reshape(v, [1]))
         tensors.append(v)
     return relax.op.concat(tensors, attrs.get("axis", 0))
+
+
+def _concat_tensors(importer, tensors, attrs, opset):
+    """Concat of tensors whose other sizes are equal only at run time (a
+    count from NonZero beside one from TopK): Relax then knows only the
+    rank; the result gets the sizes ONNX implies — literals where any input
+    has one (GatherND needs its index tuples' length), the first input's
+    otherwise, the sum along the axis."""
+    bb = importer.bb
+    result = bb.normalize(_tvm_converter(importer, "Concat", tensors, attrs, opset))
+    ty = result.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is not None or ty.ndim < 1 \
+            or any(t.ty.shape is None or t.ty.ndim != ty.ndim for t in tensors):
+        return result
+    axis = attrs.get("axis", 0) % ty.ndim
+    shapes = [list(t.ty.shape.values) for t in tensors]
+    dims = []
+    for i in range(ty.ndim):
+        column = [shape[i] for shape in shapes]
+        if i == axis:
+            dims.append(sum(column[1:], column[0]))
+        else:
+            dims.append(next((d for d in column if isinstance(d, tvm.tirx.IntImm)), column[0]))
+    return bb.match_cast(bb.emit(result), relax.TensorType(dims, ty.dtype))
 
 
 def _concat_shape(importer, values) -> relax.ShapeExpr | None:

@@ -41,6 +41,11 @@ class Device {
   // its memory unreadable in between so accidental host reads fault.
   virtual void BeginHostShapeWork() {}
   virtual void EndHostShapeWork() {}
+  // Non-null for a device that one call at a time may use (sim in strict
+  // mode: its memory is unreadable to every thread while one call's shape
+  // functions run). VMs hold it for a whole call and the device's copies
+  // take it, so calls and copies from other threads wait instead of faulting.
+  virtual std::recursive_mutex* exclusive_use_mutex() { return nullptr; }
 
   CopyEngineStats stats() const;
   void ResetStats();

@@ -4,6 +4,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -26,15 +27,31 @@ class MemoryPool {
 
   void* Acquire(size_t nbytes, size_t* rounded);
   void Release(void* ptr, size_t rounded);
+  // The block size an allocation of `nbytes` gets (its size class).
+  static size_t SizeClass(size_t nbytes);
+  // A block the pool's owner (its VM, one call at a time) keeps for reuse
+  // without releasing it (IdleTensors) stops and starts counting as in use.
+  // Only the owner calls these, so they take no lock and no atomic
+  // read-modify-write: they run once per op.
+  void MarkIdle(size_t rounded);
+  void MarkInUse(size_t rounded);
   const std::shared_ptr<Device>& device() const { return device_; }
   size_t bytes_in_use() const;
   size_t high_water_bytes() const;
+  // Blocks taken from the device rather than the pool (the profiler tells
+  // pool hits from device allocations by this).
+  int64_t device_allocations() const { return device_allocations_.load(std::memory_order_relaxed); }
 
  private:
+  void CountAcquired(size_t size);
+  void RaiseHighWater();
+
   std::shared_ptr<Device> device_;
   mutable std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> free_;
-  size_t in_use_ = 0, high_water_ = 0;
+  std::atomic<size_t> in_use_{0}, high_water_{0};
+  std::atomic<size_t> idle_{0};  // the part of in_use_ kept idle by the owner; written by it alone
+  std::atomic<int64_t> device_allocations_{0};
 };
 
 struct Storage {
@@ -60,7 +77,13 @@ struct TensorObj {
   int64_t numel() const;
   size_t nbytes() const;
   // The view a kernel receives (device relabelled as the kernel device).
-  DLTensor AsDLTensor() const;
+  // Inline: built once per tensor argument of every kernel call.
+  DLTensor AsDLTensor() const {
+    // Kernels compiled by TVM expect byte_offset 0, so the offset is folded
+    // into the pointer (fine for every device with pointer arithmetic).
+    return DLTensor{data(), storage->device->kernel_device(), static_cast<int32_t>(shape.size()), dtype,
+                    const_cast<int64_t*>(shape.data()), nullptr, 0};
+  }
 };
 
 using TensorRef = std::shared_ptr<TensorObj>;

@@ -18,6 +18,8 @@
 #include "shapefn/counters.h"
 #include "shapefn/device.h"
 #include "shapefn/executable.h"
+#include "shapefn/idle_tensors.h"
+#include "shapefn/profiler.h"
 #include "shapefn/registry.h"
 #include "shapefn/value.h"
 
@@ -49,9 +51,12 @@ class VirtualMachine {
   // Calls are serialised: one VM runs one call at a time.
   Value Invoke(int function_index, std::vector<Value> args);
   Value Invoke(const std::string& function, std::vector<Value> args);
+  // Runs one call with `profiler` (if not null) recording its events.
+  Value Invoke(int function_index, std::vector<Value> args, Profiler* profiler);
 
   const Executable& executable() const { return *exe_; }
   const std::shared_ptr<Device>& device(int slot) const { return devices_[slot]; }
+  // Both wait for a running call to finish: counters always describe whole calls.
   Counters counters() const;
   void ResetCounters();
   // What uploading the constants cost, once, when the VM was created.
@@ -69,26 +74,49 @@ class VirtualMachine {
   TensorRef StageToHost(const TensorRef& src);
   void ExecInvokeKernel(const Instruction& ins, std::vector<Value>& regs);
   void ExecInvokeShapeFunc(const Instruction& ins, std::vector<Value>& regs);
+  // Runs shape function `sf` written in Python (TVM-compiled per input
+  // signature, compiled on first use) on shape_func_scratch_.inputs.
+  void CallCompiledShapeFunc(size_t sf, int n_in, std::vector<ShapeVec>* results);
   void ExecReadback(const Instruction& ins, std::vector<Value>& regs);
+  // Every allocation and every wait on a device goes through these, so each
+  // is counted (and profiled) in one place. `op` names the allocation.
+  TensorRef Allocate(int slot, const ShapeVec& shape, DLDataType dtype, const char* op);
+  void SyncWith(Device& device);
 
   std::shared_ptr<const Executable> exe_;
   std::shared_ptr<Device> devices_[kNumDeviceSlots];
   std::shared_ptr<MemoryPool> pools_[kNumDeviceSlots];
+  IdleTensors idle_;  // killed tensors, reused whole by Allocate
   VMOptions options_;
   std::vector<tvm::ffi::Function> kernels_;
   std::vector<ShapeFuncEntryPtr> shape_funcs_;
   std::vector<Value> constants_;
+  Profiler* profiler_ = nullptr;  // set only for the duration of a profiled call
   Counters counters_, constant_counters_;
   int64_t call_start_instructions_ = 0;
   uint32_t backward_jumps_ = 0;
-  std::mutex call_mutex_;
+  mutable std::mutex call_mutex_;  // held for a whole call, and to read or reset counters_
 
   struct CompiledShapeFunc {
+    std::vector<uint64_t> signature;  // per input: dtype code | bits << 8 | lanes << 16 | ndim << 32
     tvm::ffi::Function fn;
     std::vector<int64_t> out_ndims;
   };
-  // Per shape function: input signature -> compiled TVM host function.
-  std::vector<std::map<std::string, CompiledShapeFunc>> compiled_;
+  // Per shape function: its compiled TVM host functions, one per input
+  // signature (searched in order: there are one or two).
+  std::vector<std::vector<CompiledShapeFunc>> compiled_;
+  // Reused by every shape-function call (calls are serialised).
+  struct ShapeFuncScratch {
+    std::vector<ShapeFuncInput> inputs;
+    std::vector<DLTensor> values;          // host views of the inputs whose values are read
+    std::vector<int64_t> value_lengths;    // the 1-d shape of each shape-valued input
+    std::vector<ShapeVec> results;
+    std::vector<uint64_t> signature;
+    std::vector<DLTensor> arg_tensors;     // arguments of a TVM-compiled shape function
+    std::vector<tvm::ffi::AnyView> args;
+  } shape_func_scratch_;
+  // The registers of the outermost call (calls are serialised).
+  std::vector<Value> frame_;
   // Reused scratch to keep the dispatch path free of allocations.
   std::vector<DLTensor> scratch_tensors_;
   std::vector<tvm::ffi::AnyView> scratch_args_;

@@ -1,0 +1,143 @@
+// shapefn's embedding API: run a saved executable from a C++ program, no
+// Python in the process. docs/embedding.md shows how to compile and link.
+//
+// A program links libshapefn_core.so, libtvm_ffi.so and TVM's
+// libtvm_runtime.so. The last is needed although nothing calls it by name:
+// loading it registers the workspace allocator and thread pool that compiled
+// kernels reach through the kernel library's context symbols (link it with
+// --no-as-needed so the linker keeps it).
+//
+//   #include <shapefn/shapefn.h>
+//
+//   shapefn::Program program = shapefn::LoadProgram("model.sfx");  // + model.sfx.kernels.so
+//   shapefn::VirtualMachine vm(program.executable, shapefn::MakeDevice("sim"), {}, program.kernels);
+//
+//   std::vector<float> x(4 * 1024, 1.0f);                // host memory the caller owns
+//   int64_t x_shape[] = {4, 1024};
+//   DLTensor arg{x.data(), {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, x_shape, nullptr, 0};
+//   shapefn::Value out = vm.Invoke("main", {shapefn::Value::Tensor(shapefn::BorrowHostTensor(arg))});
+//
+//   std::vector<float> y(out.tensor->numel());           // out.kind == Value::Kind::kTensor
+//   shapefn::CopyTensorToHost(*out.tensor, y.data());    // from the device it was computed on
+//   shapefn::Counters c = vm.counters();                 // c.d2h_bytes, c.syncs, ...
+//
+// Every function here and in the headers it includes reports failure by
+// throwing shapefn::Error (error.h), whose kind() says what went wrong.
+// A VM runs one call at a time (calls on one VM from several threads are
+// serialised); make one VM per thread for parallel calls.
+#pragma once
+
+#include <dlpack/dlpack.h>
+#include <tvm/ffi/extra/module.h>
+#include <tvm/ffi/function.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shapefn/counters.h"
+#include "shapefn/device.h"
+#include "shapefn/error.h"
+#include "shapefn/executable.h"
+#include "shapefn/registry.h"
+#include "shapefn/tensor.h"
+#include "shapefn/value.h"
+#include "shapefn/vm.h"
+
+namespace shapefn {
+
+// A loaded executable and the kernels of the library saved beside it.
+struct Program {
+  std::shared_ptr<const Executable> executable;
+  // Kernel name -> compiled function, for the names the library defines.
+  // Names it lacks are looked up among tvm-ffi global functions by the VM.
+  std::map<std::string, tvm::ffi::Function> kernels;
+  // Holds the library's code in memory as long as the Program lives.
+  tvm::ffi::Optional<tvm::ffi::Module> kernel_library;
+};
+
+namespace detail {
+
+// Whether TVM's runtime is loaded: it registers these context symbols, which
+// a kernel library's code calls for workspace memory and parallel loops.
+inline bool TvmRuntimeLoaded() {
+  bool found = false;
+  tvm::ffi::Module::VisitContextSymbols([&found](tvm::ffi::String name, void*) {
+    if (name == "__TVMBackendAllocWorkspace") found = true;
+  });
+  return found;
+}
+
+}  // namespace detail
+
+// Reads and verifies the executable at `path` and loads its kernel library
+// (the file the executable names, beside it). Throws Error(kFormat) for a
+// malformed executable, Error(kValue) when a file is missing, and
+// Error(kRuntime) when the library cannot be loaded.
+inline Program LoadProgram(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) Fail(ErrorKind::kValue, "executable '" + path + "' is a directory");
+  Program program;
+  std::shared_ptr<Executable> exe = Executable::Load(path);
+  program.executable = exe;
+  if (exe->kernel_library.empty()) return program;
+
+  // Absolute: dlopen searches the library path for a name without a slash.
+  fs::path library_path = fs::absolute(fs::path(path).parent_path() / exe->kernel_library);
+  if (!fs::is_regular_file(library_path, ec)) {
+    Fail(ErrorKind::kValue, "kernel library '" + library_path.string() + "' of executable '" + path + "' is missing");
+  }
+  if (!detail::TvmRuntimeLoaded()) {
+    Fail(ErrorKind::kRuntime, "cannot load kernel library '" + library_path.string() +
+                                  "': TVM's runtime (libtvm_runtime.so) is not loaded in this process; "
+                                  "link it with --no-as-needed (see docs/embedding.md)");
+  }
+  try {
+    tvm::ffi::Module library = tvm::ffi::Module::LoadFromFile(library_path.string());
+    for (const std::string& name : exe->kernels) {
+      tvm::ffi::Optional<tvm::ffi::Function> fn = library->GetFunction(name);
+      if (fn.has_value()) program.kernels.emplace(name, *fn);
+    }
+    program.kernel_library = library;
+  } catch (const tvm::ffi::Error& e) {
+    Fail(ErrorKind::kRuntime, "cannot load kernel library '" + library_path.string() + "': " + e.kind() + ": " +
+                                  e.message());
+  }
+  return program;
+}
+
+// The shape functions `exe` calls that this process has not registered.
+// Without Python only the built-in (native C++) ones exist: shape functions
+// written in Python with shapefn.register_shape_func are compiled by TVM in
+// the Python process that registered them.
+inline std::vector<std::string> MissingShapeFuncs(const Executable& exe) {
+  std::vector<std::string> missing;
+  for (const std::string& op : exe.shape_funcs) {
+    if (!ShapeFuncRegistry::Global().Contains(op)) missing.push_back(op);
+  }
+  return missing;
+}
+
+// "host" or "sim" (the simulated accelerator with its default cost model);
+// any other name is a TVM device ("cuda:0", ...) reached through TVM's
+// DeviceAPI, which needs that device's TVM runtime library loaded.
+inline std::shared_ptr<Device> MakeDevice(const std::string& name) {
+  if (name == "host") return HostDevice();
+  if (name == "sim") return MakeSimDevice(SimConfig{});
+  return MakeTvmDevice(name);
+}
+
+// A VM argument over host memory the caller owns and keeps alive (and
+// unchanged) until every Value that may refer to it is gone: on the host
+// device a function may return its argument itself. The tensor must be
+// C-contiguous (strides nullptr).
+inline TensorRef BorrowHostTensor(const DLTensor& tensor) {
+  if (tensor.strides != nullptr) Fail(ErrorKind::kValue, "BorrowHostTensor takes C-contiguous tensors (strides nullptr)");
+  if (tensor.device.device_type != kDLCPU) Fail(ErrorKind::kValue, "BorrowHostTensor takes host (kDLCPU) memory");
+  return WrapHostTensor(tensor, nullptr, nullptr);
+}
+
+}  // namespace shapefn

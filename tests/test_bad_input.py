@@ -1,0 +1,301 @@
+"""Bad input anywhere raises a clear exception naming the problem, and the VM
+stays usable: arguments, shape-function results, masks, ONNX models, and
+kernels that fail at run time."""
+import numpy as np
+import onnx
+import pytest
+import tvm_ffi
+from onnx import TensorProto, helper
+from tvm import relax, tirx
+
+import shapefn
+import shapefn.frontend.onnx
+from shapefn import InvalidOnnxModel, Param, ProgramBuilder, UnsupportedOnnxOp, kernels
+
+
+def check_still_works(vm, model, seed=0):
+    args = model.inputs(np.random.default_rng(seed))
+    for got, want in zip(vm(*args), model.reference(*args), strict=True):
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+# -- arguments ---------------------------------------------------------------
+
+def good_args(model):
+    return list(model.inputs(np.random.default_rng(1)))
+
+
+def replaced(args, index, value):
+    return args[:index] + [value] + args[index + 1:]
+
+
+ARGUMENT_CASES = {
+    # name: (make bad args from good ones, exception, message)
+    "too few": (lambda a: a[:1], TypeError, r"'main' takes 4 arguments, got 1"),
+    "too many": (lambda a: a + [a[1]], TypeError, r"'main' takes 4 arguments, got 5"),
+    "dtype": (lambda a: replaced(a, 0, a[0].astype(np.float64)), TypeError,
+              r"'main' argument 0 \('x'\) must have dtype float32, got float64"),
+    "int dtype": (lambda a: replaced(a, 2, a[2].astype(np.int32)), TypeError,
+                  r"'main' argument 2 \('end'\) must have dtype int64, got int32"),
+    "rank": (lambda a: replaced(a, 0, a[0][None]), ValueError,
+             r"'main' argument 0 \('x'\) must have rank 2, got rank 3"),
+    "scalar for a vector": (lambda a: replaced(a, 1, np.int64(0)), ValueError,
+                            r"'main' argument 1 \('begin'\) must have rank 1, got rank 0"),
+    "shape": (lambda a: replaced(a, 3, np.ones(3, np.int64)), ValueError,
+              r"'main' argument 3 \('strides'\) dimension 0 must be 2, got 3"),
+    "not an array": (lambda a: replaced(a, 2, [1, 2]), TypeError,
+                     r"argument 2 must be a numpy array, a DLPack tensor or a shapefn.Tensor, got list"),
+    "unsupported dtype": (lambda a: replaced(a, 0, a[0].astype(np.complex64)), TypeError,
+                          r"argument 0 has dtype complex64; the VM takes bool, int, uint and float arrays"),
+    "strings": (lambda a: replaced(a, 0, np.array([["a"]])), TypeError, r"argument 0 has dtype <U1"),
+    "value the op rejects": (lambda a: replaced(a, 3, np.array([1, 0], np.int64)), ValueError,
+                             r"relax.dynamic_strided_slice: strides\[1\] is 0"),
+}
+
+
+@pytest.mark.parametrize("case", ARGUMENT_CASES, ids=list(ARGUMENT_CASES))
+def test_bad_arguments_name_the_argument_and_what_was_expected(slice_nonzero_model, case):
+    make, error, message = ARGUMENT_CASES[case]
+    vm = shapefn.VirtualMachine(slice_nonzero_model.exe, "sim")
+    with pytest.raises(error, match=message):
+        vm(*make(good_args(slice_nonzero_model)))
+    check_still_works(vm, slice_nonzero_model)
+
+
+def test_byte_swapped_and_strided_arrays_are_read_by_value(slice_nonzero_model):
+    model = slice_nonzero_model
+    vm = shapefn.VirtualMachine(model.exe, "sim")
+    x, begin, end, strides = good_args(model)
+    wide = np.repeat(x, 2, axis=1)[:, ::2]  # not contiguous
+    got = vm(wide.astype(">f4"), begin.astype(">i8"), end, strides.astype(">i8"))
+    for g, w in zip(got, model.reference(x, begin, end, strides), strict=True):
+        np.testing.assert_array_equal(g.numpy(), w)
+
+
+def test_tensor_of_another_device_is_named(slice_nonzero_model):
+    model = slice_nonzero_model
+    args = good_args(model)
+    on_other_sim = shapefn.VirtualMachine(model.exe, shapefn.sim())(*args)[0]
+    vm = shapefn.VirtualMachine(model.exe, shapefn.sim())
+    with pytest.raises(ValueError, match=r"argument 0 \('x'\) is on device 'sim', another instance than this VM's"):
+        vm(on_other_sim, *model.inputs(np.random.default_rng(2))[1:])
+    check_still_works(vm, model)
+
+
+# -- shape functions -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cube_vm(tmp_path_factory):
+    """``main(k: i64[1])`` allocates a float32 tensor of shape ``[k, k, k]``
+    on sim, sized by a Python shape function."""
+    shapefn.set_cache_dir(tmp_path_factory.mktemp("cache"))
+    try:
+        @shapefn.register_shape_func("test.bad_input.cube", [True], override=True)
+        def cube(k):
+            return [k[0], k[0], k[0]]
+
+        pb = ProgramBuilder()
+        fb = pb.function("main", [Param("k", "int64", [1])])
+        (shape,) = fb.shape_func("test.bad_input.cube", list(fb.args))
+        fb.ret(fb.alloc_tensor("device", shape, "float32"))
+        vm = shapefn.VirtualMachine(pb.build(), shapefn.sim(arena_bytes=1 << 30))
+        vm(np.array([2], np.int64))  # compiles the shape function
+        yield vm
+    finally:
+        shapefn.set_cache_dir(None)
+
+
+@pytest.mark.parametrize("k, error, message", [
+    (-3, ValueError, r"shape function of 'test.bad_input.cube' returned a negative dimension -3 for output 0"),
+    # 2**63 elements: too many for int64.
+    (1 << 21, ValueError, r"shape function of 'test.bad_input.cube' returned \[2097152, 2097152, 2097152\] "
+                          r"for output 0, whose element count overflows int64"),
+    # 2**60 elements fit; their 2**62 bytes do too, but not in the 1 GiB arena.
+    (1 << 20, RuntimeError, r"sim: out of device memory allocating 4611686018427387904 bytes"),
+])
+def test_shape_function_results_no_tensor_can_have(cube_vm, k, error, message):
+    high_water = cube_vm.pool_high_water_bytes()
+    with pytest.raises(error, match=message):
+        cube_vm(np.array([k], np.int64))
+    assert cube_vm.pool_high_water_bytes() == high_water  # a failed allocation is not counted
+    assert cube_vm(np.array([3], np.int64)).shape == (3, 3, 3)
+
+
+def test_byte_size_overflow_names_the_tensor():
+    pb = ProgramBuilder()
+    fb = pb.function("main", [Param("s", "int64", [2])])
+    (shape,) = fb.shape_func("dyn.zeros", list(fb.args))
+    fb.ret(fb.alloc_tensor("device", shape, "float64"))
+    vm = shapefn.VirtualMachine(pb.build(), "sim")
+    # 2**62 elements are countable; 2**65 bytes are not.
+    with pytest.raises(ValueError, match=r"the size in bytes of a float64 tensor of shape "
+                                         r"\[2147483648, 2147483648\] overflows int64"):
+        vm(np.array([1 << 31, 1 << 31], np.int64))
+    with pytest.raises(ValueError, match=r"relax.zeros: shape\[1\] is -2, dims must be non-negative"):
+        vm(np.array([2, -2], np.int64))
+    assert vm(np.array([2, 3], np.int64)).shape == (2, 3)
+
+
+def test_shape_function_that_fails_to_build_names_the_op(tmp_path):
+    shapefn.set_cache_dir(tmp_path)
+    try:
+        # No probe signature traces it, so it is checked when first compiled.
+        @shapefn.register_shape_func("test.bad_input.not_a_shape", [True], override=True)
+        def not_a_shape(k):
+            return "rows"
+
+        pb = ProgramBuilder()
+        fb = pb.function("main", [Param("k", "int64", [1])])
+        (shape,) = fb.shape_func("test.bad_input.not_a_shape", list(fb.args))
+        fb.ret(shape)
+        vm = shapefn.VirtualMachine(pb.build(), "sim")
+        for _ in range(2):  # and again: the failure is not cached as a success
+            with pytest.raises(RuntimeError, match=r"compiling the shape function of 'test.bad_input.not_a_shape' "
+                                                   r"for \(int64:1\) failed: .*returned str"):
+                vm(np.array([1], np.int64))
+    finally:
+        shapefn.set_cache_dir(None)
+
+
+# -- masks -----------------------------------------------------------------------
+
+def test_mask_longer_than_the_function_takes():
+    with pytest.raises(ValueError, match=r"the shape function of 'test.bad_input.mask' takes 1 inputs "
+                                         r"but the mask has 2"):
+        shapefn.register_shape_func("test.bad_input.mask", [False, True], lambda k: [k[0]])
+    with pytest.raises(ValueError, match="data_dependent must not be empty"):
+        shapefn.register_shape_func("test.bad_input.mask", [], lambda k: [k[0]])
+    with pytest.raises(KeyError, match="test.bad_input.mask"):
+        shapefn.data_dependence("test.bad_input.mask")  # nothing was registered
+
+
+def test_program_calling_a_shape_function_with_the_wrong_arity():
+    pb = ProgramBuilder()
+    fb = pb.function("main", [Param("s", "int64", [2])])
+    (shape,) = fb.shape_func("dyn.zeros", [fb.args[0], fb.args[0]])
+    fb.ret(shape)
+    with pytest.raises(ValueError, match=r"'main' calls the shape function of 'relax.zeros' with 2 inputs, "
+                                         r"it takes 1"):
+        shapefn.VirtualMachine(pb.build(), "sim")
+
+
+# -- ONNX --------------------------------------------------------------------------
+
+def onnx_model(nodes, inputs=("x",), outputs=("y",), opsets=(("", 17),)):
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(i, TensorProto.FLOAT, ["n"]) for i in inputs],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
+
+
+def test_unsupported_onnx_ops_are_all_listed_with_their_nodes_before_conversion(monkeypatch):
+    then_branch = helper.make_graph([helper.make_node("Celu", ["x"], ["t"], name="celu_in_branch")], "then", [],
+                                     [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+    else_branch = helper.make_graph([helper.make_node("Relu", ["x"], ["e"], name="relu")], "else", [],
+                                    [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
+    cond = helper.make_tensor("cond", TensorProto.BOOL, [], [True])
+    model = onnx_model([
+        helper.make_node("Relu", ["x"], ["a"], name="supported"),
+        helper.make_node("Det", ["a"], ["b"], name="det1"),
+        helper.make_node("Det", ["b"], ["c"]),
+        helper.make_node("Constant", [], ["cond"], value=cond),
+        helper.make_node("If", ["cond"], ["d"], then_branch=then_branch, else_branch=else_branch),
+        helper.make_node("Fancy", ["d"], ["y"], name="custom", domain="my.ops"),
+    ], opsets=(("", 17), ("my.ops", 1)))
+
+    def no_conversion(*args):
+        raise AssertionError("a node was converted before the model was checked")
+
+    monkeypatch.setattr(shapefn.frontend.onnx._Importer, "_construct_node", no_conversion)
+    with pytest.raises(UnsupportedOnnxOp) as info:
+        shapefn.from_onnx(model)
+    assert str(info.value) == ("ONNX operators not supported: Celu (node 'celu_in_branch'); "
+                               "Det (nodes 'det1', (unnamed, output 'c')); my.ops.Fancy (node 'custom')")
+    assert info.value.ops == {"Celu": ["'celu_in_branch'"], "Det": ["'det1'", "(unnamed, output 'c')"],
+                              "my.ops.Fancy": ["'custom'"]}
+    assert isinstance(info.value, NotImplementedError)
+
+
+@pytest.mark.parametrize("nodes, message", [
+    ([helper.make_node("Add", ["x", "nowhere"], ["y"], name="add0")],
+     r"input 'nowhere' of node: \nname: add0 OpType: Add\n is not output of any previous nodes"),
+    ([helper.make_node("Add", ["x"], ["y"], name="add1")], r"Node\(add1\) .*has input size 1 not in range"),
+    ([helper.make_node("Relu", ["x"], ["z"], name="relu")], r"Graph output 'y' is not an output of any node"),
+    ([helper.make_node("Relu", ["x"], ["y"], name="relu", alpha=2.0)], r"Unrecognized attribute: alpha"),
+])
+def test_malformed_onnx_models_raise_invalid_onnx_model(nodes, message):
+    with pytest.raises(InvalidOnnxModel, match=r"the ONNX model is malformed: .*" + message):
+        shapefn.from_onnx(onnx_model(nodes))
+
+
+def test_files_that_are_not_onnx_models(tmp_path):
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\xff" * 64)
+    with pytest.raises(InvalidOnnxModel, match=f"'{garbage}' is not an ONNX model"):
+        shapefn.from_onnx(garbage)
+    with pytest.raises(FileNotFoundError):
+        shapefn.from_onnx(tmp_path / "missing.onnx")
+    with pytest.raises(TypeError, match="from_onnx takes an onnx.ModelProto or a path, got bytes"):
+        shapefn.from_onnx(b"\x08\x07")
+
+
+def test_valid_onnx_model_still_imports():
+    model = onnx_model([helper.make_node("Relu", ["x"], ["y"], name="relu")])
+    vm = shapefn.VirtualMachine(shapefn.compile(shapefn.from_onnx(model), "sim"), "sim")
+    x = np.array([-1, 2, -3], np.float32)
+    np.testing.assert_array_equal(vm(x).numpy(), np.maximum(x, 0))
+
+
+# -- kernels failing at run time ----------------------------------------------------
+
+@tvm_ffi.register_global_func("test.bad_input.take_rows", override=True)
+def take_rows(data, k, out):
+    """A user kernel: the first k rows of data. Checks its own input."""
+    rows = int(k.numpy()[0])
+    if rows > data.shape[0]:
+        raise ValueError(f"take_rows: k={rows} exceeds the {data.shape[0]} rows of data")
+    out.copyfrom(data.numpy()[:rows])
+
+
+@pytest.fixture(scope="module")
+def take_rows_vm():
+    shapefn.register_shape_func("test.bad_input.take_rows", [False, True], override=True,
+                                shape_func=lambda data, k: [k[0], data.shape[1]])
+    n = tirx.Var("n", "int64")
+    data = relax.Var("data", relax.TensorType([n, 3], "float32"))
+    k = relax.Var("k", relax.TensorType([1], "int64"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [data, k]):
+        doubled = bb.emit(relax.op.multiply(data, relax.const(2.0, "float32")))
+        bb.emit_func_output(shapefn.emit_extern(bb, "test.bad_input.take_rows", [doubled, k], out_ndim=2,
+                                                out_dtype="float32"))
+    return shapefn.VirtualMachine(shapefn.compile(bb.get(), "sim"), "sim")
+
+
+def test_user_kernel_error_reaches_the_caller_and_the_vm_goes_on(take_rows_vm):
+    data = np.arange(12, dtype=np.float32).reshape(4, 3)
+    high_water = None
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match=r"kernel 'test.bad_input.take_rows' failed: "
+                                               r"ValueError: take_rows: k=9 exceeds the 4 rows of data"):
+            take_rows_vm(data, np.array([9], np.int64))
+        np.testing.assert_array_equal(take_rows_vm(data, np.array([2], np.int64)).numpy(), 2 * data[:2])
+        # What the failed calls allocated went back to the pool.
+        assert high_water in (None, take_rows_vm.pool_high_water_bytes())
+        high_water = take_rows_vm.pool_high_water_bytes()
+
+
+def test_tvm_kernel_assertion_reaches_the_caller_and_the_vm_goes_on():
+    """A TVM-compiled kernel's own shape check fails: ``scale`` wants its
+    output as long as its input, and the program sizes it from ``like``."""
+    pb = ProgramBuilder()
+    fb = pb.function("main", [Param("x", "float32", ["n"]), Param("like", "float32", ["m"])])
+    x, like = fb.args
+    out = fb.alloc_tensor("device", fb.shape_of(like), "float32")
+    fb.invoke_kernel(pb.kernel("scale"), [x, fb.load_int(3), out])
+    fb.ret(out)
+    vm = shapefn.VirtualMachine(pb.build(library=kernels.build({"scale": kernels.scale()})), "sim")
+    x = np.arange(4, dtype=np.float32)
+    with pytest.raises(RuntimeError, match=r"kernel 'scale' failed: .*shape"):
+        vm(x, np.zeros(5, np.float32))
+    np.testing.assert_array_equal(vm(x, np.zeros(4, np.float32)).numpy(), 3 * x)

@@ -1,0 +1,85 @@
+"""Memory stays flat over many calls of a dynamic model with varying shapes:
+the VM's pools stop growing once every shape has been seen, the process's
+resident memory stops growing, and arrays lent to the VM are released —
+also when calls fail."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import shapefn
+
+CALLS = 10_000
+SAMPLE_EVERY = 500
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE_BYTES
+
+
+@pytest.fixture(scope="module")
+def input_sets(slice_nonzero_model):
+    """50 argument sets of shapes up to 256x256, cycled through: after one
+    cycle every size the calls need has been allocated once."""
+    rng = np.random.default_rng(0)
+    return [slice_nonzero_model.inputs(rng, max_dim=256) for _ in range(50)]
+
+
+def high_water(vm) -> tuple[int, int]:
+    return vm.pool_high_water_bytes("device"), vm.pool_high_water_bytes("host")
+
+
+def test_ten_thousand_calls_keep_memory_flat(slice_nonzero_model, input_sets):
+    vm = shapefn.VirtualMachine(slice_nonzero_model.exe, "sim")
+    refcounts = [sys.getrefcount(a) for args in input_sets for a in args]
+    warm_up = 2 * len(input_sets)  # the second cycle also holds the previous cycle's last output
+    samples = []
+    out = None
+    for i in range(CALLS):
+        out = vm(*input_sets[i % len(input_sets)])
+        if i + 1 == warm_up or (i + 1) % SAMPLE_EVERY == 0:
+            samples.append((high_water(vm), resident_bytes()))
+    del out
+
+    (device_hw, host_hw), rss_after_warm_up = samples[0]
+    # The most a call holds at once; a leak of anything a call allocates
+    # grows resident memory by that much per leaking call.
+    one_call = device_hw + host_hw
+    assert one_call > 0
+    for pools, rss in samples[1:]:
+        assert pools == (device_hw, host_hw)
+        # Four calls' worth over 9,900 calls: a leak of 1/2,500 of what a call
+        # allocates would exceed it.
+        assert rss - rss_after_warm_up < 4 * one_call, (rss - rss_after_warm_up, one_call)
+    # Every lent input array was given back.
+    assert [sys.getrefcount(a) for args in input_sets for a in args] == refcounts
+
+    # Control: the sampling does see memory that 1,000 calls keep (their
+    # outputs, whose pages the kernels wrote).
+    before = resident_bytes()
+    kept = [vm(*input_sets[i % len(input_sets)]) for i in range(1_000)]
+    assert resident_bytes() - before > 4 * one_call
+    assert high_water(vm)[0] > device_hw
+    del kept
+
+
+def test_failing_calls_release_everything(slice_nonzero_model, input_sets):
+    """Calls that fail after allocating, uploading and reading back (a zero
+    stride reaches the slice's shape function) free what they took."""
+    vm = shapefn.VirtualMachine(slice_nonzero_model.exe, "sim")
+    bad = [(x, b, e, np.zeros(2, np.int64)) for x, b, e, _ in input_sets]
+    refcounts = [sys.getrefcount(a) for args in bad for a in args]
+    warm_up = 2 * len(input_sets)
+    for i in range(warm_up + 1_000):
+        if i == warm_up:
+            pools, rss = high_water(vm), resident_bytes()
+        with pytest.raises(ValueError, match="strides"):
+            vm(*bad[i % len(bad)])
+        out = vm(*input_sets[i % len(input_sets)])  # and the VM still works
+    del out
+    assert high_water(vm) == pools
+    assert [sys.getrefcount(a) for args in bad for a in args] == refcounts
+    assert resident_bytes() - rss < 4 * sum(pools)
