@@ -60,6 +60,7 @@ cdef enum:
 # numpy dtype kinds the VM accepts: int, uint, float, bool.
 cdef str _VM_KINDS = "iufb"
 cdef char _NATIVE_ORDER = b'<' if sys.byteorder == "little" else b'>'
+cdef type _NDARRAY = np.ndarray  # (a typed name: checked without a module attribute lookup)
 
 
 cdef void _release_array(void* context) noexcept with gil:
@@ -116,7 +117,12 @@ cdef class Tensor:
         return f"shapefn.Tensor(shape={self.shape}, dtype={self.dtype}, device={self.device})"
 
 
-cdef object _to_python(const Value* v):
+# Each level of a tuple is converted by a C call, and a program can nest
+# tuples as deep as it runs: deeper results raise instead of overflowing the stack.
+cdef int _MAX_TUPLE_DEPTH = 1000
+
+
+cdef object _to_python(const Value* v, int depth=0):
     cdef int kind = KindOf(v)
     cdef Tensor t
     cdef size_t i
@@ -125,7 +131,9 @@ cdef object _to_python(const Value* v):
         t.ref = TensorOfValue(v)
         return t
     if kind == KIND_TUPLE:
-        return tuple(_to_python(TupleField(v, i)) for i in range(TupleSize(v)))
+        if depth >= _MAX_TUPLE_DEPTH:
+            raise RecursionError(f"the result nests tuples more than {_MAX_TUPLE_DEPTH} deep")
+        return tuple([_to_python(TupleField(v, i), depth + 1) for i in range(TupleSize(v))])
     if kind == KIND_INT:
         return IntOf(v)
     if kind == KIND_SHAPE:
@@ -170,8 +178,9 @@ cdef bint _lend_array(object arr, Value* out) except -1:
         code = _dl_code(view.format)
         if code < 0 or not PyBuffer_IsContiguous(&view, b'C'):
             return False
+        shape.resize(view.ndim)
         for i in range(view.ndim):
-            shape.push_back(view.shape[i])
+            shape[i] = view.shape[i]
         Py_INCREF(arr)
         try:
             out[0] = TensorValue(WrapHost(view.buf, view.ndim, shape.data(), code, <int>view.itemsize * 8,
@@ -190,9 +199,9 @@ cdef Value _from_python(object arg, int position) except *:
     if isinstance(arg, Tensor):
         t = <Tensor>arg
         return TensorValue(t.ref)
-    if isinstance(arg, np.ndarray) and _lend_array(arg, &value):  # the common case
+    if isinstance(arg, _NDARRAY) and _lend_array(arg, &value):  # the common case
         return value
-    if not isinstance(arg, np.ndarray):
+    if not isinstance(arg, _NDARRAY):
         if isinstance(arg, np.generic):  # a numpy scalar: a 0-d tensor
             arg = np.asarray(arg)
         elif hasattr(arg, "__dlpack__"):

@@ -70,11 +70,17 @@ def _count(hits: int, misses: int) -> None:
 
 
 def kernel_key(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> str:
-    """What a kernel's compiled code depends on: TVM's version, the target
-    and the PrimFunc's structure (not its name)."""
+    """What a kernel's compiled code depends on: TVM's version, the target,
+    the pass options in effect and the PrimFunc's structure (not its name)."""
     shash = tvm_ffi.structural_hash(func.without_attr("global_symbol"))
-    text = "\0".join([tvm.__version__, str(target), f"{shash:016x}"])
+    text = "\0".join([tvm.__version__, str(target), _pass_options(), f"{shash:016x}"])
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _pass_options() -> str:
+    context = tvm.transform.PassContext.current()
+    config = sorted((str(k), str(v)) for k, v in context.config.items())
+    return f"{context.opt_level} {list(context.required_pass)} {list(context.disabled_pass)} {config}"
 
 
 def build(mod: tvm.IRModule, target, directory: Path | None = None) -> tuple[object, Path]:
@@ -133,8 +139,17 @@ def _objects(funcs: dict, target, directory: Path) -> dict[str, bytes]:
 
     workers = min(len(missing), len(os.sched_getaffinity(0)))
     if workers > 1:
+        # The pass context is thread-local: workers get the caller's options
+        # (not its instruments, which are not made for concurrent passes).
+        caller = tvm.transform.PassContext.current()
+
+        def compile_in_context(key: str) -> bytes:
+            with tvm.transform.PassContext(opt_level=caller.opt_level, required_pass=list(caller.required_pass),
+                                           disabled_pass=list(caller.disabled_pass), config=dict(caller.config)):
+                return compile_one(key)
+
         with ThreadPoolExecutor(workers) as pool:
-            found.update(zip(missing, pool.map(compile_one, missing)))
+            found.update(zip(missing, pool.map(compile_in_context, missing)))
     else:
         found.update((key, compile_one(key)) for key in missing)
     return found

@@ -58,7 +58,7 @@ def tensor_program(lib):
     pb.kernel("scale")
     bias = pb.constant(np.array([1.5, -2.25, 3.0, 0.5], dtype=np.float32))
     main = pb.function("main", [Param("x", "float32", ["n"])])
-    helper = pb.function("helper", [Param("v", "float32", ["m"])])
+    helper = pb.function("helper", [Param("v", "float32", ["m"], device="any")])
     x, = main.args
     c = main.load_const(bias)
     s = main.shape_of(x)
@@ -601,3 +601,81 @@ def test_ten_thousand_mutants_load_and_run_safely(kernel_lib, tmp_path):
         assert counts.get("format", 0) > 0, family
     for family in ("flips", "operand", "instruction", "flips, Executable.load"):
         assert summary[family].get("ran", 0) > 0, family
+
+
+# ---------------------------------------------------------------------------
+# Programs that once crashed the VM. Each is valid: the verifier cannot know
+# how deep a loop nests tuples or how deep calls recurse, so the VM bounds them.
+
+def raw_program(words, num_registers=4, params=None):
+    from shapefn import _core
+
+    x = {"name": "x", "dtype": "float32", "dims": [4], "device": 1}
+    return _core.Executable.from_parts(
+        [{"name": "main", "params": [x] if params is None else params, "symbols": [],
+          "num_registers": num_registers, "code": list(words)}], [], [], [], "")
+
+
+def opcodes():
+    return {name: i for i, (name, _) in enumerate(isa())}
+
+
+def test_parameter_of_any_device_naming_an_unknown_symbol_is_rejected():
+    # Its argument is not checked, but the disassembler prints its dims.
+    import pytest
+
+    from shapefn import ExecutableFormatError
+
+    unchecked = {"name": "v", "dtype": "float32", "dims": [-5], "device": -1}
+    with pytest.raises(ExecutableFormatError, match="parameter 'v' names an unknown symbol"):
+        raw_program([opcodes()["ret"], 0], params=[unchecked])
+
+
+def nesting_program(depth: int, ret_register: int):
+    """``r1 = (); repeat depth times: r1 = (r1,)``, then returns register ``ret_register``."""
+    op = opcodes()
+    return raw_program([
+        op["make_tuple"], 1, 0,         # 0: r1 = ()
+        op["load_int"], 2, depth,       # 1: r2 = depth
+        op["load_int"], 3, 1,           # 2: r3 = 1
+        op["if"], 2, 7,                 # 3: while r2:
+        op["make_tuple"], 1, 1, 1,      # 4:   r1 = (r1,)
+        op["sub"], 2, 2, 3,             # 5:   r2 -= 1
+        op["goto"], 3,                  # 6:
+        op["ret"], ret_register])       # 7
+
+
+def test_tuples_nested_a_million_deep_are_freed_and_refused_as_results():
+    import pytest
+
+    import shapefn
+
+    x = np.ones(4, np.float32)
+    # The nest is freed with the registers (once a stack overflow: one C++
+    # destructor per level).
+    vm = shapefn.VirtualMachine(shapefn.Executable(nesting_program(1_000_000, 3)), "host")
+    assert vm(x) == 1
+    # Returned, it is converted level by level: refused past 1000.
+    vm = shapefn.VirtualMachine(shapefn.Executable(nesting_program(1_000_000, 1)), "host")
+    with pytest.raises(RecursionError, match="nests tuples more than 1000 deep"):
+        vm(x)
+    shallow = shapefn.VirtualMachine(shapefn.Executable(nesting_program(3, 1)), "host")(x)
+    assert shallow == ((((),),),)
+
+
+def test_recursion_with_huge_frames_is_stopped_before_memory_runs_out():
+    # main calls itself; each frame is 2^20 registers (the most the verifier
+    # allows). 512 calls deep that would be 40 GB; the VM bounds all frames
+    # together instead.
+    import pytest
+
+    import shapefn
+
+    op = opcodes()
+    exe = shapefn.Executable(raw_program([op["call"], 1, 0, 1, 0, op["ret"], 1], num_registers=1 << 20))
+    vm = shapefn.VirtualMachine(exe, "host")
+    with pytest.raises(RuntimeError, match="nested calls hold more than 4194304 registers"):
+        vm(np.ones(4, np.float32))
+    small = shapefn.Executable(raw_program([op["call"], 1, 0, 1, 0, op["ret"], 1]))
+    with pytest.raises(RuntimeError, match="call depth exceeds 512"):
+        shapefn.VirtualMachine(small, "host")(np.ones(4, np.float32))

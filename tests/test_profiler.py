@@ -166,6 +166,19 @@ def test_sim_copies_take_their_modelled_time_on_the_device_track(model):
     assert report.totals["modelled_wait_us"] >= 3 * latency * 1e6 * 0.99
 
 
+def test_tvm_cpu_device_work_is_measured_not_modelled(model):
+    exe, _ = model
+    vm = shapefn.VirtualMachine(exe, "cpu")  # TVM's CPU DeviceAPI: no cost model, synchronous kernels
+    args = model_args()
+    report = vm.profile(*args)
+    for got, want in zip(as_tuple(report.outputs), model_reference(*args), strict=True):
+        np.testing.assert_array_equal(got, want)
+    device = [e for e in report.events if e.track == "device"]
+    assert {e.category for e in device} == {"copy", "kernel"}
+    assert all(e.time_source == "measured" and e.modelled_ns == 0 for e in report.events)
+    assert report.totals["d2h_bytes"] == report.counters["d2h_bytes"] == 32
+
+
 def test_chrome_trace_has_host_and_device_tracks(model, tmp_path):
     exe, _ = model
     report = shapefn.VirtualMachine(exe, shapefn.sim()).profile(*model_args())

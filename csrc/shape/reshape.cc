@@ -28,26 +28,28 @@ void ReshapeShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncA
   const ShapeFuncInput& data = inputs[0];
   const bool allowzero = attrs.get(0, 0) != 0;
   ShapeVec out = ReadIntVector(inputs[1], kReshape, "newshape");
-  const ShapeVec requested = out;
+  // Error text is built only on failure (re-reading the request): building it
+  // up front cost more than the whole shape function.
+  auto requested = [&] { return ShapeString(ReadIntVector(inputs[1], kReshape, "newshape")); };
+  auto at = [](size_t i) { return "newshape[" + std::to_string(i) + "]"; };
 
   int inferred = -1;
   int64_t known = 1;
   for (size_t i = 0; i < out.size(); ++i) {
-    const std::string at = "newshape[" + std::to_string(i) + "]";
     if (out[i] == 0 && !allowzero) {
       if (i >= static_cast<size_t>(data.ndim)) {
-        FailOp(kReshape, at + " is 0 (copy the input dim) but data " + ShapeString(data) +
+        FailOp(kReshape, at(i) + " is 0 (copy the input dim) but data " + ShapeString(data) +
                              " has only " + std::to_string(data.ndim) + " dims");
       }
       out[i] = data.shape[i];
     } else if (out[i] == -1) {
       if (inferred >= 0) {
-        FailOp(kReshape, "newshape " + ShapeString(requested) + " has more than one -1");
+        FailOp(kReshape, "newshape " + requested() + " has more than one -1");
       }
       inferred = static_cast<int>(i);
       continue;
     } else if (out[i] < 0) {
-      FailOp(kReshape, at + " is " + std::to_string(out[i]) + ", only -1 may be negative");
+      FailOp(kReshape, at(i) + " is " + std::to_string(out[i]) + ", only -1 may be negative");
     }
     known = CheckedMul(known, out[i], kReshape);
   }
@@ -57,7 +59,7 @@ void ReshapeShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncA
     // numpy refuses to guess when the other dims multiply to 0 (any value
     // would do), and so do we.
     if (known == 0 || total % known != 0) {
-      FailOp(kReshape, "cannot infer the -1 in newshape " + ShapeString(requested) +
+      FailOp(kReshape, "cannot infer the -1 in newshape " + requested() +
                            " for data " + ShapeString(data) + " of " + std::to_string(total) +
                            " elements");
     }

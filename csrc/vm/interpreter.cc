@@ -15,6 +15,20 @@ namespace shapefn {
 
 namespace {
 
+// The registers all frames of nested calls may hold together (~300 MB).
+constexpr int64_t kMaxCallStackRegisters = int64_t{1} << 22;
+
+// Counts a callee's frame in the call stack's registers while it lives.
+class FrameRegisters {
+ public:
+  FrameRegisters(int64_t& total, int64_t n) : total_(total), n_(n) { total_ += n_; }
+  ~FrameRegisters() { total_ -= n_; }
+
+ private:
+  int64_t& total_;
+  int64_t n_;
+};
+
 [[noreturn]] void KindError(const Instruction& ins, const char* want, const Value& got) {
   Fail(ErrorKind::kType, std::string(GetOpInfo(ins.op).mnemonic) + " expects " + want + ", got " +
                              KindName(got.kind));
@@ -236,6 +250,13 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
       case Opcode::kCall: {
         int callee = static_cast<int>(ins.op_at(1));
         const FunctionDef& target = exe_->functions[static_cast<size_t>(callee)];
+        // Checked before the frame is allocated: max_call_depth frames of up
+        // to 2^20 registers each would exhaust memory first.
+        if (target.num_registers > kMaxCallStackRegisters - call_stack_registers_) {
+          Fail(ErrorKind::kRuntime, "nested calls hold more than " + std::to_string(kMaxCallStackRegisters) +
+                                        " registers");
+        }
+        FrameRegisters held(call_stack_registers_, target.num_registers);
         std::vector<Value> frame(static_cast<size_t>(target.num_registers));
         for (int64_t i = 0; i < ins.list_size(0); ++i) frame[static_cast<size_t>(i)] = regs[ins.list(0)[i]];
         regs[ins.op_at(0)] = Run(callee, frame, depth + 1);
@@ -278,15 +299,19 @@ TensorRef VirtualMachine::StageToHost(const TensorRef& src) {
 
 TensorRef VirtualMachine::Allocate(int slot, const ShapeVec& shape, DLDataType dtype, const char* op) {
   const MemoryPool& pool = *pools_[slot];
-  const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
-  const int64_t from_device_before = profiler_ != nullptr ? pool.device_allocations() : 0;
-  TensorRef t = idle_.Take(pool, shape, dtype);
-  if (!t) t = AllocTensor(pools_[slot], shape, dtype);
-  counters_.allocations += 1;
-  if (profiler_ != nullptr) {
-    profiler_->Alloc(op, *pool.device(), static_cast<int64_t>(t->nbytes()),
-                     pool.device_allocations() == from_device_before, start);
-  }
+  auto allocate = [&] {
+    TensorRef t = idle_.Take(pool, shape, dtype);
+    if (!t) t = AllocTensor(pools_[slot], shape, dtype);
+    counters_.allocations += 1;
+    return t;
+  };
+  // One test on the unprofiled path, and nothing held for the profiled one.
+  if (__builtin_expect(profiler_ == nullptr, 1)) return allocate();
+  const int64_t start = profiler_->Now();
+  const int64_t from_device_before = pool.device_allocations();
+  TensorRef t = allocate();
+  profiler_->Alloc(op, *pool.device(), static_cast<int64_t>(t->nbytes()),
+                   pool.device_allocations() == from_device_before, start);
   return t;
 }
 
@@ -325,15 +350,20 @@ void VirtualMachine::ExecInvokeKernel(const Instruction& ins, std::vector<Value>
                                    " is " + KindName(v.kind) + "; kernels take tensors, ints and shapes");
     }
   }
-  tvm::ffi::Any rv;
-  const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
-  try {
-    kernels_[k].CallPacked(scratch_args_.data(), static_cast<int32_t>(scratch_args_.size()), &rv);
-  } catch (const tvm::ffi::Error& e) {
-    Fail(ErrorKind::kRuntime, "kernel '" + exe_->kernels[k] + "' failed: " + e.kind() + ": " + e.message());
-  }
-  counters_.kernel_calls += 1;
-  if (profiler_ != nullptr) profiler_->Kernel(exe_->kernels[k], KernelDevice(regs, args, n), start);
+  auto call = [&] {
+    tvm::ffi::Any rv;
+    try {
+      kernels_[k].CallPacked(scratch_args_.data(), static_cast<int32_t>(scratch_args_.size()), &rv);
+    } catch (const tvm::ffi::Error& e) {
+      Fail(ErrorKind::kRuntime, "kernel '" + exe_->kernels[k] + "' failed: " + e.kind() + ": " + e.message());
+    }
+    counters_.kernel_calls += 1;
+  };
+  // One test on the unprofiled path, and nothing held across the call for the profiled one.
+  if (__builtin_expect(profiler_ == nullptr, 1)) return call();
+  const int64_t start = profiler_->Now();
+  call();
+  profiler_->Kernel(exe_->kernels[k], KernelDevice(regs, args, n), start);
 }
 
 void VirtualMachine::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Value>& regs) {

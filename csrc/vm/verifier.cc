@@ -103,13 +103,16 @@ void Executable::Verify() {
     }
     for (const ParamSpec& p : f.params) {
       std::string where = "invalid executable: function '" + f.name + "' parameter '" + p.name + "'";
-      if (p.device_slot == kAnySlot) continue;
+      // Any-slot parameters too: their arguments go unchecked, but the
+      // disassembler prints their dtype and dims.
       if (!ValidDType(p.dtype)) Fail(ErrorKind::kFormat, where + " has an invalid dtype");
-      if (p.device_slot < 0 || p.device_slot >= kNumDeviceSlots) Fail(ErrorKind::kFormat, where + " has an invalid device");
       for (int64_t d : p.dims) {
         if (d < 0 && -1 - d >= static_cast<int64_t>(f.symbols.size())) {
           Fail(ErrorKind::kFormat, where + " names an unknown symbol");
         }
+      }
+      if (p.device_slot != kAnySlot && (p.device_slot < 0 || p.device_slot >= kNumDeviceSlots)) {
+        Fail(ErrorKind::kFormat, where + " has an invalid device");
       }
     }
     f.decoded = Decode(f.code);

@@ -8,6 +8,9 @@ three configurations, in one process:
   slice is copied whole to the host (one flag per op, as older runtimes do);
 * ``per_input``: same program; only the bounds (3 x 4 int64 per slice) cross;
 * ``per_input_host_params``: bounds computed on the host; nothing crosses.
+
+``--cache-flush`` adds ``cold``: the wall seconds of one more call per
+configuration, made after evicting the CPU caches.
 """
 from __future__ import annotations
 
@@ -17,37 +20,54 @@ import time
 
 from .. import devices
 from ..vm import VirtualMachine
-from . import roi_slicing
+from . import roi_slicing, timing
 
 
-def run_once(vm: VirtualMachine, args) -> dict:
-    vm(*args)  # warm-up: pools filled, caches touched
-    vm.reset_counters()
+def _timed_call(vm: VirtualMachine, args) -> float:
     start = time.perf_counter()
     outputs = vm(*args)
     for out in outputs[:1]:
         out.numpy()  # waits for the device (outside the counters)
-    wall = time.perf_counter() - start
+    return time.perf_counter() - start
+
+
+def run_once(vm: VirtualMachine, args, flush: bool = False) -> tuple[dict, float | None]:
+    """The counters and wall seconds of one call after a warm-up, and with
+    ``flush`` the wall seconds of one more call after evicting the CPU caches."""
+    vm(*args)  # warm-up: pools filled, caches touched
+    vm.reset_counters()
+    wall = _timed_call(vm, args)
     result = vm.counters
     result["wall_s"] = wall
-    return result
+    cold = None
+    if flush:
+        timing.flush_caches()
+        cold = _timed_call(vm, args)
+    return result, cold
 
 
-def measure(num_rois: int = 100, fmap_shape=(64, 256, 56, 56), seed: int = 0) -> dict:
+def measure(num_rois: int = 100, fmap_shape=(64, 256, 56, 56), seed: int = 0, flush: bool = False) -> dict:
     fmap, rois = roi_slicing.make_inputs(num_rois, fmap_shape, seed)
     sim = devices.sim()
     device_params = roi_slicing.build(num_rois, "device")
     host_params = roi_slicing.build(num_rois, "host")
-    results = {
-        "per_op": run_once(VirtualMachine(device_params, sim, dependence="per-op"), (fmap, rois)),
-        "per_input": run_once(VirtualMachine(device_params, sim, dependence="per-input"), (fmap, rois)),
-        "per_input_host_params": run_once(VirtualMachine(host_params, sim), (fmap, rois)),
+    vms = {
+        "per_op": VirtualMachine(device_params, sim, dependence="per-op"),
+        "per_input": VirtualMachine(device_params, sim, dependence="per-input"),
+        "per_input_host_params": VirtualMachine(host_params, sim),
     }
+    results, cold = {}, {}
+    for mode, vm in vms.items():
+        results[mode], cold_wall = run_once(vm, (fmap, rois), flush)
+        if flush:
+            cold[mode] = {"wall_s": cold_wall}
+    if flush:
+        results["cold"] = cold
     per_input_bytes = results["per_input"]["d2h_bytes"]
     results["ratio_d2h_bytes"] = (results["per_op"]["d2h_bytes"] / per_input_bytes
                                   if per_input_bytes else float("inf"))
     results["config"] = {"num_rois": num_rois, "fmap_shape": list(fmap_shape),
-                         "fmap_bytes": int(fmap.nbytes)}
+                         "fmap_bytes": int(fmap.nbytes), "cache_flush": flush}
     return results
 
 
@@ -57,8 +77,9 @@ def main(argv=None) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--rois", type=int, default=100)
     parser.add_argument("--fmap", type=int, nargs=4, default=[64, 256, 56, 56], metavar=("N", "C", "H", "W"))
+    timing.add_cache_flush_argument(parser)
     args = parser.parse_args(argv)
-    results = measure(args.rois, tuple(args.fmap))
+    results = measure(args.rois, tuple(args.fmap), flush=args.cache_flush)
     if args.json:
         print(json.dumps(results, indent=2))
         return
@@ -70,3 +91,6 @@ def main(argv=None) -> None:
         print(f"{mode:<24}" + "".join(f"{row[k]:>20.6g}" if isinstance(row[k], float) else f"{row[k]:>20}"
                                       for k in keys))
     print(f"d2h bytes, per-op / per-input: {results['ratio_d2h_bytes']:.4g}x")
+    if "cold" in results:
+        print("cold wall_s (after a cache flush): " +
+              ", ".join(f"{mode} {row['wall_s']:.4g}" for mode, row in results["cold"].items()))

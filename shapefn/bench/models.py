@@ -1,10 +1,11 @@
 """Detection models end to end: torchvision's SSD-lite and Faster R-CNN
 (weight-free graphs in tests/data, materialized with seed 0).
 
-Per model: compile seconds with an empty kernel cache (cold) and with the
-cache it filled (warm); per input size: inference wall seconds (median of
-``--repeat``) and the counters of one inference in ``per-op`` and
-``per-input`` modes, with onnxruntime's wall seconds for reference.
+Per model: compile seconds and kernels compiled with an empty kernel cache
+(cold) and, in a new process, with the cache that filled (warm); per input
+size: inference wall seconds (median of ``--repeat``) and the counters of one
+inference in ``per-op`` and ``per-input`` modes, with onnxruntime's wall
+seconds for reference.
 """
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ import importlib.util
 import json
 import pathlib
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
 import numpy as np
 
-from .. import config, devices
+from .. import config, devices, kernel_cache
 from ..compiler import compile as compile_relax
 from ..frontend import from_onnx
 from ..vm import VirtualMachine
@@ -58,6 +61,29 @@ def _timed(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
+def timed_compile(name: str, data: pathlib.Path):
+    """Compiles model ``name`` for sim; returns the executable, the seconds
+    it took (ONNX import included) and how many kernels it compiled."""
+    proto = materialize(data, name)
+    misses = kernel_cache.stats().misses
+    start = time.perf_counter()
+    exe = compile_relax(from_onnx(proto), "sim")
+    return exe, time.perf_counter() - start, kernel_cache.stats().misses - misses
+
+
+def _timed_compile_in_new_process(name: str, data: pathlib.Path, cache: str) -> tuple[float, int]:
+    """``timed_compile`` in a fresh interpreter (nothing cached in memory)."""
+    code = ("import json, pathlib, sys; from shapefn import config; from shapefn.bench.models import timed_compile; "
+            "config.set_cache_dir(sys.argv[3]); "
+            "_, seconds, built = timed_compile(sys.argv[1], pathlib.Path(sys.argv[2])); "
+            "print(json.dumps([seconds, built]))")
+    proc = subprocess.run([sys.executable, "-c", code, name, str(data), cache], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"models: the warm compile of {name} failed:\n{proc.stderr[-3000:]}")
+    seconds, built = json.loads(proc.stdout.splitlines()[-1])
+    return seconds, built
+
+
 def measure(name: str, data: pathlib.Path, repeat: int) -> dict:
     import onnxruntime as ort
 
@@ -66,14 +92,10 @@ def measure(name: str, data: pathlib.Path, repeat: int) -> dict:
     with tempfile.TemporaryDirectory() as cache:
         config.set_cache_dir(cache)
         try:
-            start = time.perf_counter()
-            exe = compile_relax(from_onnx(proto), "sim")
-            result["compile_cold_s"] = time.perf_counter() - start
-            start = time.perf_counter()
-            compile_relax(from_onnx(proto), "sim")
-            result["compile_warm_s"] = time.perf_counter() - start
+            exe, result["compile_cold_s"], result["kernels_built_cold"] = timed_compile(name, data)
         finally:
             config.set_cache_dir(None)
+        result["compile_warm_s"], result["kernels_built_warm"] = _timed_compile_in_new_process(name, data, cache)
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     sim = devices.sim()
     for h, w in SIZES:
@@ -106,7 +128,8 @@ def main(argv=None) -> None:
         print(json.dumps(results, indent=2))
         return
     for name, r in results.items():
-        print(f"{name}: compile {r['compile_cold_s']:.1f} s cold, {r['compile_warm_s']:.1f} s warm")
+        print(f"{name}: compile {r['compile_cold_s']:.1f} s cold ({r['kernels_built_cold']} kernels built), "
+              f"{r['compile_warm_s']:.1f} s warm ({r['kernels_built_warm']} built)")
         for size in (f"{h}x{w}" for h, w in SIZES):
             e = r[size]
             print(f"  {size}: {e['wall_s']:.3f} s (onnxruntime {e['onnxruntime_wall_s']:.3f} s); "

@@ -9,6 +9,7 @@ last-level cache (outside the timed region), so it is measured cold.
 from __future__ import annotations
 
 import argparse
+import gc
 import glob
 import statistics
 import time
@@ -72,15 +73,17 @@ def interleaved(cases: Mapping[str, Callable[[], object]], *, repeat: int, numbe
     repetition times every case once, so load from other processes spreads
     over all cases instead of landing on one."""
     times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(repeat):
-        for name, fn in cases.items():
-            n = number[name] if isinstance(number, Mapping) else number
-            times[name].append(samples(fn, number=n, flush=flush))
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # as timeit does: a collection is not what any case costs
+    try:
+        for _ in range(repeat):
+            for name, fn in cases.items():
+                n = number[name] if isinstance(number, Mapping) else number
+                times[name].append(samples(fn, number=n, flush=flush))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     return times
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values)
 
 
 def summarize(times: Mapping[str, list[float]], scale: Mapping[str, float]) -> tuple[dict, dict]:

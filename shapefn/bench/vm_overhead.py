@@ -241,6 +241,21 @@ def measure(num_ops: int = 1000, repeat: int = 9, flush: bool = False) -> dict:
     return result
 
 
+def targets(r: dict) -> list[tuple[str, float, float, bool]]:
+    """The issue's targets for this machine: (what, measured, limit, met),
+    each measured as the median of the interleaved repetitions."""
+    checks = [
+        ("shapefn dynamic ns per op <= 100", r["shapefn_dynamic_ns_per_op"], 100.0),
+        ("shapefn dynamic ns per op <= half of Relax's", r["shapefn_dynamic_ns_per_op"],
+         r["relax_dynamic_ns_per_op"] / 2),
+        ("shapefn dynamic <= 1.1 x shapefn static (ns per op)", r["shapefn_dynamic_ns_per_op"],
+         1.1 * r["shapefn_static_ns_per_op"]),
+        ("native shape function ns < 50", r["shape_func_native_ns"], 50.0),
+        ("call from Python us <= Relax's", r["shapefn_call_us"], r["relax_call_us"]),
+    ]
+    return [(what, value, limit, value <= limit) for what, value, limit in checks]
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m shapefn.bench vm_overhead", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -266,5 +281,7 @@ def format_table(r: dict) -> str:
         lines.append(f"{label:36}{r['shapefn_' + key]:>12.3g}{r['relax_' + key]:>12.3g}"
                      f"   ({r['min']['shapefn_' + key]:.3g} / {r['min']['relax_' + key]:.3g})")
     for key in ("shape_func_native_ns", "shape_func_native_reshape_ns", "shape_func_tvm_ns"):
-        lines.append(f"{key:36}{r[key]:>12.3g}")
+        lines.append(f"{key:36}{r[key]:>12.3g}   ({r['min'][key]:.3g})")
+    for what, value, limit, met in targets(r):
+        lines.append(f"target: {what}: {value:.3g} vs {limit:.3g} -> {'met' if met else 'MISSED'}")
     return "\n".join(lines)

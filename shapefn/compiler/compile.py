@@ -13,6 +13,7 @@ from tvm import relax
 from .. import kernel_cache
 from ..executable import Executable
 from .codegen import ModuleCodegen
+from .fold_constants import fold_constant_kernels
 from .lower_dynamic import lower_dynamic_ops
 from .legalize import legalize_map
 
@@ -37,6 +38,7 @@ def lower(mod: tvm.IRModule) -> tvm.IRModule:
         relax.transform.CanonicalizeBindings(),
         relax.transform.LegalizeOps(customize_legalize_map=legalize_map()),
         relax.transform.AnnotateTIROpPattern(),
+        tvm.transform.module_pass(lambda m, _: fold_constant_kernels(m), opt_level=0, name="FoldConstantKernels"),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),

@@ -8,7 +8,7 @@ there (see ``legalize_concat``).
 """
 from __future__ import annotations
 
-from tvm import relax, tirx
+from tvm import ir, relax, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
@@ -17,7 +17,7 @@ from .dyn_kernels import legalize_broadcast_to, legalize_resize2d
 # TVM's concat reads element j from a chain of selects whose conditions and
 # indices are prefix sums of the inputs' extents: with symbolic extents
 # nothing folds and the kernel's code grows with the square of the number of
-# inputs (LLVM then takes ~0.5 s at 4 such inputs, 20 s at 32, 100 s at the 91
+# inputs (compiling it takes ~0.5 s at 4 such inputs, 20 s at 32, 100 s at the 91
 # in SSD-lite's post-processing). Fewer than this many stay with TVM's, which
 # can fuse into its neighbours.
 SEQUENTIAL_CONCAT_MIN_SYMBOLIC_INPUTS = 4
@@ -88,8 +88,7 @@ def _concat_call(bb: relax.BlockBuilder, tensors: list, axis: int, dtype: str) -
         return tensors[0]
     dims = list(tensors[0].ty.shape.values)
     dims[axis] = sum((t.ty.shape.values[axis] for t in tensors[1:]), dims[axis])
-    ndim = len(dims)
-    return bb.emit(relax.call_tir(_kernel(bb, len(tensors), ndim, axis, dtype), tensors,
+    return bb.emit(relax.call_tir(_kernel(bb, len(tensors), len(dims), axis, dtype), tensors,
                                   relax.TensorType(dims, dtype)))
 
 
@@ -98,6 +97,4 @@ def _kernel(bb: relax.BlockBuilder, num_inputs: int, ndim: int, axis: int, dtype
 
 
 def _default_legalization(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    from tvm import ir
-
     return ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)

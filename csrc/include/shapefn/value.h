@@ -8,6 +8,15 @@
 
 namespace shapefn {
 
+struct Value;
+
+// Destroys a tuple's fields without recursing into nested tuples: a program
+// may nest tuples as deep as it runs (`r = make_tuple [r]` in a loop), and
+// recursive destruction of a million levels would overflow the stack.
+struct TupleDeleter {
+  void operator()(std::vector<Value>* fields) const;
+};
+
 struct Value {
   enum class Kind : uint8_t { kEmpty, kInt, kShape, kTensor, kTuple };
   Kind kind = Kind::kEmpty;
@@ -21,7 +30,7 @@ struct Value {
   static Value Tensor(TensorRef t) { Value r; r.kind = Kind::kTensor; r.tensor = std::move(t); return r; }
   static Value Tuple(std::vector<Value> fields) {
     Value r; r.kind = Kind::kTuple;
-    r.tuple = std::make_shared<std::vector<Value>>(std::move(fields));
+    r.tuple = std::shared_ptr<std::vector<Value>>(new std::vector<Value>(std::move(fields)), TupleDeleter{});
     return r;
   }
 };

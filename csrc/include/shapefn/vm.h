@@ -95,6 +95,7 @@ class VirtualMachine {
   Counters counters_, constant_counters_;
   int64_t call_start_instructions_ = 0;
   uint32_t backward_jumps_ = 0;
+  int64_t call_stack_registers_ = 0;  // held by the frames of the running call's nested calls
   mutable std::mutex call_mutex_;  // held for a whole call, and to read or reset counters_
 
   struct CompiledShapeFunc {

@@ -1,0 +1,119 @@
+"""The benchmarks in tiny configurations: their JSON has every documented key
+and the quantities they count (not their times) are right. Each benchmark
+also checks its programs' results against numpy as it runs."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from shapefn.bench import compile_time, copy_elimination, report, timing, vm_overhead
+
+VM_KEYS = ["shapefn_static_ns_per_op", "shapefn_dynamic_ns_per_op", "relax_static_ns_per_op",
+           "relax_dynamic_ns_per_op", "shapefn_mlp_static_us", "shapefn_mlp_dynamic_us", "relax_mlp_static_us",
+           "relax_mlp_dynamic_us", "shapefn_call_us", "relax_call_us", "shape_func_native_ns", "shape_func_tvm_ns"]
+OPS = 20
+
+
+@pytest.fixture(scope="module")
+def results():
+    """One tiny run of each benchmark, with --cache-flush (shared by the tests)."""
+    return {
+        "vm_overhead": vm_overhead.measure(num_ops=OPS, repeat=2, flush=True),
+        "compile": compile_time.measure(sizes=(100, 200), repeat=1, flush=False),
+        "copy_elimination": copy_elimination.measure(num_rois=3, fmap_shape=(2, 4, 16, 16), flush=True),
+        "machine": report.machine(),
+    }
+
+
+def test_vm_overhead_keys_and_counts(results):
+    r = results["vm_overhead"]
+    for section in (r, r["min"], r["cold"], r["cold_min"]):
+        for key in VM_KEYS:
+            assert section[key] > 0, key
+    counts = r["counts"]
+    for kind in ("static", "dynamic"):
+        chain = counts[f"chain_{kind}"]
+        assert chain["kernel_calls"] == OPS  # unfused: one kernel per op
+        assert chain["allocations"] == OPS
+        assert chain["shape_func_calls"] == 0
+        assert counts[f"mlp_{kind}"]["kernel_calls"] == 3  # one fused kernel per layer
+    # The dynamic chain reads n from the argument once; the shapes are built once.
+    assert counts["chain_dynamic"]["instructions"] > counts["chain_static"]["instructions"]
+    assert counts["chain_dynamic"]["instructions"] - counts["chain_static"]["instructions"] <= 2
+    assert counts["call"] == {"instructions": 1, "kernel_calls": 0, "shape_func_calls": 0, "allocations": 0}
+    for name in ("shape_func_native", "shape_func_native_reshape", "shape_func_tvm"):
+        assert counts[name]["shape_func_calls"] == OPS
+        assert counts[name]["kernel_calls"] == 0
+    assert [what for what, *_ in vm_overhead.targets(r)] == [
+        "shapefn dynamic ns per op <= 100", "shapefn dynamic ns per op <= half of Relax's",
+        "shapefn dynamic <= 1.1 x shapefn static (ns per op)", "native shape function ns < 50",
+        "call from Python us <= Relax's"]
+
+
+def test_compile_grows_with_the_graph_and_reuses_kernels(results):
+    r = results["compile"]
+    small, large = r["sizes"]
+    assert (small["ops"], large["ops"]) == (100, 200)
+    for s in (small, large):
+        assert s["seconds"] > 0 and s["kernel_seconds"] > 0
+        assert set(s["phases"]) == {"lower_dynamic_ops", "relax_passes", "codegen"}
+        assert abs(s["seconds"] - sum(s["phases"].values())) < 1e-9
+        assert "LegalizeOps" in s["relax_pass_seconds"]
+    # The same kernels at every size (nothing fuses): kernel generation does not grow.
+    assert small["kernels"] == large["kernels"] == 13
+    # Work in shapefn's own phases and bytecode both grow linearly.
+    assert 1.8 <= large["instructions"] / small["instructions"] <= 2.2
+    for phase in ("lower_dynamic_ops", "codegen"):
+        assert 0.85 <= r["per_op_growth"][f"{phase}_python_calls"] <= 1.15
+    assert r["second_compile"]["kernels_from_cache"]
+    assert r["second_compile"]["files_written_by_second"] == 0
+
+
+def test_generated_graph_has_the_ops_asked_for():
+    mod = compile_time.generated_graph(200)
+    bindings = mod["main"].body.blocks[0].bindings
+    assert 195 <= len(bindings) <= 205
+
+
+def test_copy_elimination_cold_figures(results):
+    r = results["copy_elimination"]
+    assert set(r["cold"]) == {"per_op", "per_input", "per_input_host_params"}
+    assert all(r["cold"][mode]["wall_s"] > 0 for mode in r["cold"])
+    # per-input copies the 3 x 4 int64 slice bounds of each of the 3 slices, nothing else.
+    assert r["per_input"]["d2h_bytes"] == 3 * 3 * 4 * 8
+    assert r["per_input_host_params"]["d2h_bytes"] == 0
+    assert r["config"]["cache_flush"] is True
+
+
+def test_report_writes_markdown_and_figures(results, tmp_path):
+    path = report.write_report(results, tmp_path / "out", "python -m shapefn.bench report out")
+    text = path.read_text()
+    for figure in ("vm_overhead.png", "compile_time.png", "copy_elimination.png"):
+        assert f"]({figure})" in text
+        assert (tmp_path / "out" / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["vm_overhead"]["counts"]
+    for what, *_ in vm_overhead.targets(results["vm_overhead"]):
+        assert what in text
+
+
+def test_cache_flush_touches_more_than_the_last_level_cache(monkeypatch):
+    monkeypatch.setattr(timing, "_flush_buffer", None)
+    timing.flush_caches()
+    assert timing._flush_buffer.nbytes >= 2 * timing.last_level_cache_bytes()
+    before = int(timing._flush_buffer[0])
+    timing.flush_caches()
+    assert int(timing._flush_buffer[-1]) == before + 1  # every element written again
+
+
+def test_copy_elimination_cli_json(capsys):
+    copy_elimination.main(["--json", "--cache-flush", "--rois", "2", "--fmap", "1", "2", "8", "8"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["per_input"]["shape_func_calls"] == 2 and "cold" in out
+
+
+def test_unknown_benchmark_is_a_usage_error():
+    proc = subprocess.run([sys.executable, "-m", "shapefn.bench", "nonsense"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    for name in ("vm_overhead", "compile", "report", "copy_elimination", "models"):
+        assert name in proc.stderr

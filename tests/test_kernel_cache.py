@@ -1,0 +1,163 @@
+"""The per-kernel on-disk cache behind shapefn.compile: what a second compile
+builds (counted by kernel_cache.stats, never timed), what a changed or
+corrupt entry rebuilds, and that results match a fresh build and TVM's
+Relax VM."""
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, tirx
+
+import shapefn
+from shapefn import kernel_cache
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    shapefn.set_cache_dir(tmp_path)
+    yield tmp_path
+    shapefn.set_cache_dir(None)
+
+
+def chain(last_scale: float = 3.0):
+    """A dynamic-batch chain of four distinct elementwise/dense kernels; the
+    last one's constant differs with ``last_scale`` (a different kernel)."""
+    n = tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType([n, 8], "float32"))
+    w = relax.const(np.random.default_rng(0).standard_normal((8, 8)).astype("float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        h = bb.emit(relax.op.matmul(x, w))
+        h = bb.emit(relax.op.tanh(h))
+        h = bb.emit(relax.op.sum(h, axis=[1], keepdims=True))
+        h = bb.emit(relax.op.exp(h))
+        h = bb.emit(relax.op.multiply(h, relax.const(last_scale, "float32")))
+        bb.emit_func_output(h)
+    return bb.get()
+
+
+def relax_vm(mod, *args):
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    return vm["main"](*[tvm.runtime.tensor(a) for a in args]).numpy()
+
+
+def run(exe, *args):
+    return shapefn.VirtualMachine(exe, shapefn.sim(strict=True))(*args).numpy()
+
+
+def compile_counting(mod):
+    before = kernel_cache.stats()
+    exe = shapefn.compile(mod, "sim")
+    after = kernel_cache.stats()
+    return exe, after.misses - before.misses, after.hits - before.hits
+
+
+def object_entries(cache_dir):
+    return sorted((cache_dir / "kernels" / "objects").glob("*.o"))
+
+
+def test_second_compile_builds_no_kernel(cache_dir):
+    x = np.random.default_rng(1).standard_normal((5, 8)).astype("float32")
+    first, built, _ = compile_counting(chain())
+    assert built == len(object_entries(cache_dir)) > 0
+    second, rebuilt, reused = compile_counting(chain())
+    assert (rebuilt, reused) == (0, built)
+    want = relax_vm(chain(), x)
+    np.testing.assert_allclose(run(first, x), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(run(second, x), run(first, x))
+
+
+def test_second_compile_without_library_links_cached_objects(cache_dir):
+    _, built, _ = compile_counting(chain())
+    for library in (cache_dir / "kernels" / "libraries").glob("*.so"):
+        library.unlink()
+    exe, rebuilt, reused = compile_counting(chain())
+    assert (rebuilt, reused) == (0, built)
+    x = np.random.default_rng(2).standard_normal((3, 8)).astype("float32")
+    np.testing.assert_allclose(run(exe, x), relax_vm(chain(), x), rtol=1e-5, atol=1e-6)
+
+
+def test_module_differing_in_one_kernel_rebuilds_only_it(cache_dir):
+    _, built, _ = compile_counting(chain(3.0))
+    exe, rebuilt, reused = compile_counting(chain(5.0))
+    assert (rebuilt, reused) == (1, built - 1)
+    x = np.random.default_rng(3).standard_normal((4, 8)).astype("float32")
+    np.testing.assert_allclose(run(exe, x), relax_vm(chain(5.0), x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage"])
+def test_corrupt_entry_is_rebuilt(cache_dir, damage):
+    compile_counting(chain())
+    entry = object_entries(cache_dir)[0]
+    data = entry.read_bytes()
+    entry.write_bytes({"truncate": data[: len(data) // 2],
+                       "flip": data[:-9] + bytes([data[-9] ^ 0xFF]) + data[-8:],
+                       "garbage": b"not an object file"}[damage])
+    for library in (cache_dir / "kernels" / "libraries").glob("*.so"):
+        library.unlink()
+    exe, rebuilt, _ = compile_counting(chain())
+    assert rebuilt == 1
+    assert entry.read_bytes() == data  # replaced by the rebuilt (identical) object
+    x = np.random.default_rng(4).standard_normal((2, 8)).astype("float32")
+    np.testing.assert_allclose(run(exe, x), relax_vm(chain(), x), rtol=1e-5, atol=1e-6)
+
+
+def test_corrupt_library_is_relinked(cache_dir):
+    compile_counting(chain())
+    (library,) = (cache_dir / "kernels" / "libraries").glob("*.so")
+    library.unlink()  # a new file: this process still maps the old one
+    library.write_bytes(b"\x7fELF truncated")
+    exe, rebuilt, _ = compile_counting(chain())
+    assert rebuilt == 0
+    x = np.random.default_rng(5).standard_normal((2, 8)).astype("float32")
+    np.testing.assert_allclose(run(exe, x), relax_vm(chain(), x), rtol=1e-5, atol=1e-6)
+
+
+def test_cached_build_matches_fresh_build_and_saves(cache_dir, tmp_path_factory):
+    x = np.random.default_rng(6).standard_normal((7, 8)).astype("float32")
+    compile_counting(chain())
+    cached, rebuilt, _ = compile_counting(chain())
+    assert rebuilt == 0
+    shapefn.set_cache_dir(tmp_path_factory.mktemp("fresh"))
+    fresh, built, _ = compile_counting(chain())
+    assert built > 0
+    np.testing.assert_array_equal(run(cached, x), run(fresh, x))
+    path = tmp_path_factory.mktemp("saved") / "chain.sfx"
+    cached.save(path)
+    np.testing.assert_array_equal(run(shapefn.Executable.load(path), x), run(fresh, x))
+
+
+def test_kernel_reused_under_another_name(cache_dir):
+    """A kernel is found by content, not name: here chain's last multiply
+    comes second and is named ``multiply1``."""
+    compile_counting(chain(3.0))
+    objects = len(object_entries(cache_dir))
+    n = tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType([n, 8], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        h = bb.emit(relax.op.multiply(x, relax.const(3.0, "float32")))  # a new kernel
+        h = bb.emit(relax.op.sum(h, axis=[1], keepdims=True))  # chain's sum kernel
+        bb.emit_func_output(bb.emit(relax.op.multiply(h, relax.const(3.0, "float32"))))
+    mod = bb.get()
+    exe, rebuilt, reused = compile_counting(mod)
+    assert "multiply1" in exe.kernel_names
+    assert (rebuilt, reused) == (1, 2)
+    assert len(object_entries(cache_dir)) == objects + 1
+    a = np.random.default_rng(7).standard_normal((3, 8)).astype("float32")
+    np.testing.assert_allclose(run(exe, a), relax_vm(mod, a), rtol=1e-5, atol=1e-5)
+
+
+def test_pass_options_are_part_of_the_key(cache_dir):
+    """Kernels compiled under other TVM pass options (here: no argument
+    checks) are other entries, and the workers compiling them see the options."""
+    _, built, _ = compile_counting(chain())
+    checked = set(object_entries(cache_dir))
+    with tvm.transform.PassContext(config={"tirx.disable_assert": True}):
+        exe, rebuilt, _ = compile_counting(chain())
+    assert rebuilt == built
+    unchecked = set(object_entries(cache_dir)) - checked
+    assert len(unchecked) == built
+    assert all(b"num_args should be" in p.read_bytes() for p in checked)
+    assert not any(b"num_args should be" in p.read_bytes() for p in unchecked)
+    x = np.random.default_rng(8).standard_normal((2, 8)).astype("float32")
+    np.testing.assert_allclose(run(exe, x), relax_vm(chain(), x), rtol=1e-5, atol=1e-6)
