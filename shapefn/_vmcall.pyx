@@ -169,6 +169,7 @@ cdef bint _lend_array(object arr, Value* out) except -1:
     alone takes microseconds)."""
     cdef Py_buffer view
     cdef vector[int64_t] shape
+    cdef const int64_t* dims
     cdef int code, i
     try:
         PyObject_GetBuffer(arr, &view, PyBUF_RECORDS_RO)
@@ -178,12 +179,16 @@ cdef bint _lend_array(object arr, Value* out) except -1:
         code = _dl_code(view.format)
         if code < 0 or not PyBuffer_IsContiguous(&view, b'C'):
             return False
-        shape.resize(view.ndim)
-        for i in range(view.ndim):
-            shape[i] = view.shape[i]
+        if sizeof(Py_ssize_t) == sizeof(int64_t):
+            dims = <const int64_t*>view.shape  # (WrapHost copies the dims)
+        else:
+            shape.resize(view.ndim)
+            for i in range(view.ndim):
+                shape[i] = view.shape[i]
+            dims = shape.data()
         Py_INCREF(arr)
         try:
-            out[0] = TensorValue(WrapHost(view.buf, view.ndim, shape.data(), code, <int>view.itemsize * 8,
+            out[0] = TensorValue(WrapHost(view.buf, view.ndim, dims, code, <int>view.itemsize * 8,
                                           _release_array, <void*>arr))
         except BaseException:
             Py_XDECREF(<PyObject*>arr)

@@ -126,7 +126,7 @@ def _load_library(path: Path, funcs) -> object | None:
 
 def _objects(funcs: dict, target, directory: Path) -> dict[str, bytes]:
     """The object code of each kernel (by key), compiling those the cache
-    lacks, two at a time on two cores (TVM releases the GIL while compiling)."""
+    lacks one per core at a time (TVM releases the GIL while compiling)."""
     found = {key: _read_entry(directory / f"{key}.o") for key in funcs}
     missing = [key for key, data in found.items() if data is None]
     _count(len(funcs) - len(missing), len(missing))

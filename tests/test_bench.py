@@ -11,7 +11,8 @@ from shapefn.bench import compile_time, copy_elimination, report, timing, vm_ove
 
 VM_KEYS = ["shapefn_static_ns_per_op", "shapefn_dynamic_ns_per_op", "relax_static_ns_per_op",
            "relax_dynamic_ns_per_op", "shapefn_mlp_static_us", "shapefn_mlp_dynamic_us", "relax_mlp_static_us",
-           "relax_mlp_dynamic_us", "shapefn_call_us", "relax_call_us", "shape_func_native_ns", "shape_func_tvm_ns"]
+           "relax_mlp_dynamic_us", "shapefn_call_us", "relax_call_us", "shapefn_call_numpy_us", "relax_call_numpy_us",
+           "shape_func_native_ns", "shape_func_native_reshape_ns", "shape_func_tvm_ns"]
 OPS = 20
 
 

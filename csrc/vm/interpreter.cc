@@ -96,6 +96,45 @@ DLTensor HostView(const TensorObj& t) {
 // pointer: verified never to be read, but TVM's argument checks want non-null.
 alignas(64) int64_t kNeverRead[8] = {0};
 
+[[gnu::always_inline]] inline void CallKernel(const tvm::ffi::Function& kernel,
+                                              const std::vector<tvm::ffi::AnyView>& args, const std::string& name) {
+  tvm::ffi::Any rv;
+  try {
+    kernel.CallPacked(args.data(), static_cast<int32_t>(args.size()), &rv);
+  } catch (const tvm::ffi::Error& e) {
+    Fail(ErrorKind::kRuntime, "kernel '" + name + "' failed: " + e.kind() + ": " + e.message());
+  }
+}
+
+// A killed tensor of the right size class if there is one, else a new block.
+[[gnu::always_inline]] inline TensorRef TakeOrAllocate(IdleTensors& idle, const std::shared_ptr<MemoryPool>& pool,
+                                                       const ShapeVec& shape, DLDataType dtype) {
+  TensorRef t = idle.Take(*pool, shape, dtype);
+  if (!t) t = AllocTensor(pool, shape, dtype);
+  return t;
+}
+
+// The profiled twins of the two events every op has, kept out of line so
+// that the unprofiled path is the same code plus one test of the profiler.
+[[gnu::noinline, gnu::cold]] void ProfiledCallKernel(Profiler& profiler, const tvm::ffi::Function& kernel,
+                                                     const std::vector<tvm::ffi::AnyView>& args,
+                                                     const std::string& name, const Device& device) {
+  const int64_t start = profiler.Now();
+  CallKernel(kernel, args, name);
+  profiler.Kernel(name, device, start);
+}
+
+[[gnu::noinline, gnu::cold]] TensorRef ProfiledTakeOrAllocate(Profiler& profiler, const char* op, IdleTensors& idle,
+                                                              const std::shared_ptr<MemoryPool>& pool,
+                                                              const ShapeVec& shape, DLDataType dtype) {
+  const int64_t start = profiler.Now();
+  const int64_t from_device_before = pool->device_allocations();
+  TensorRef t = TakeOrAllocate(idle, pool, shape, dtype);
+  profiler.Alloc(op, *pool->device(), static_cast<int64_t>(t->nbytes()),
+                 pool->device_allocations() == from_device_before, start);
+  return t;
+}
+
 // Where a kernel ran, for the profiler: the device of its first tensor
 // argument that is not on the host.
 const Device& KernelDevice(const std::vector<Value>& regs, const int64_t* args, int64_t n) {
@@ -298,20 +337,10 @@ TensorRef VirtualMachine::StageToHost(const TensorRef& src) {
 }
 
 TensorRef VirtualMachine::Allocate(int slot, const ShapeVec& shape, DLDataType dtype, const char* op) {
-  const MemoryPool& pool = *pools_[slot];
-  auto allocate = [&] {
-    TensorRef t = idle_.Take(pool, shape, dtype);
-    if (!t) t = AllocTensor(pools_[slot], shape, dtype);
-    counters_.allocations += 1;
-    return t;
-  };
-  // One test on the unprofiled path, and nothing held for the profiled one.
-  if (__builtin_expect(profiler_ == nullptr, 1)) return allocate();
-  const int64_t start = profiler_->Now();
-  const int64_t from_device_before = pool.device_allocations();
-  TensorRef t = allocate();
-  profiler_->Alloc(op, *pool.device(), static_cast<int64_t>(t->nbytes()),
-                   pool.device_allocations() == from_device_before, start);
+  TensorRef t = __builtin_expect(profiler_ != nullptr, 0)
+                    ? ProfiledTakeOrAllocate(*profiler_, op, idle_, pools_[slot], shape, dtype)
+                    : TakeOrAllocate(idle_, pools_[slot], shape, dtype);
+  counters_.allocations += 1;
   return t;
 }
 
@@ -350,20 +379,12 @@ void VirtualMachine::ExecInvokeKernel(const Instruction& ins, std::vector<Value>
                                    " is " + KindName(v.kind) + "; kernels take tensors, ints and shapes");
     }
   }
-  auto call = [&] {
-    tvm::ffi::Any rv;
-    try {
-      kernels_[k].CallPacked(scratch_args_.data(), static_cast<int32_t>(scratch_args_.size()), &rv);
-    } catch (const tvm::ffi::Error& e) {
-      Fail(ErrorKind::kRuntime, "kernel '" + exe_->kernels[k] + "' failed: " + e.kind() + ": " + e.message());
-    }
-    counters_.kernel_calls += 1;
-  };
-  // One test on the unprofiled path, and nothing held across the call for the profiled one.
-  if (__builtin_expect(profiler_ == nullptr, 1)) return call();
-  const int64_t start = profiler_->Now();
-  call();
-  profiler_->Kernel(exe_->kernels[k], KernelDevice(regs, args, n), start);
+  if (__builtin_expect(profiler_ != nullptr, 0)) {
+    ProfiledCallKernel(*profiler_, kernels_[k], scratch_args_, exe_->kernels[k], KernelDevice(regs, args, n));
+  } else {
+    CallKernel(kernels_[k], scratch_args_, exe_->kernels[k]);
+  }
+  counters_.kernel_calls += 1;
 }
 
 void VirtualMachine::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Value>& regs) {
@@ -467,7 +488,11 @@ void VirtualMachine::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Val
                                     std::to_string(j) + ", whose element count overflows int64");
       }
     }
-    regs[out[j]] = Value::Shape(std::move(results[static_cast<size_t>(j)]));
+    // Stored in place, without a temporary Value: this runs once per dynamic op.
+    Value& dst = regs[out[j]];
+    if (dst.kind != Value::Kind::kShape) dst = Value();  // drops whatever it held
+    dst.kind = Value::Kind::kShape;
+    dst.shape.swap(results[static_cast<size_t>(j)]);  // its old vector goes with `results` at the next call
   }
 }
 

@@ -73,7 +73,7 @@ def _bars(ax, groups: list[str], series: dict[str, list[float]], ylabel: str, ti
 def plot_vm_overhead(r: dict, path: pathlib.Path) -> None:
     plt = _pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
-    runs = [("", "warm")] + ([("cold", "cold")] if "cold" in r else [])
+    runs = [("", "wall"), ("cpu", "thread CPU")]
 
     def series(keys_by_runtime):
         out = {}
@@ -89,12 +89,13 @@ def plot_vm_overhead(r: dict, path: pathlib.Path) -> None:
     _bars(axes[0, 1], ["static", "dynamic"],
           series({rt: [f"{rt}_mlp_static_us", f"{rt}_mlp_dynamic_us"] for rt in ("shapefn", "relax")}),
           "us per inference", "MLP 1024-512-256-128, batch 1")
-    _bars(axes[1, 0], ["identity"], series({rt: [f"{rt}_call_us"] for rt in ("shapefn", "relax")}),
-          "us per call", "a call from Python")
+    _bars(axes[1, 0], ["own tensor types", "numpy array"],
+          series({rt: [f"{rt}_call_us", f"{rt}_call_numpy_us"] for rt in ("shapefn", "relax")}),
+          "us per call", "a call of an identity function from Python")
     _bars(axes[1, 1], ["native broadcast", "native reshape", "TVM-compiled"],
           series({"shapefn": ["shape_func_native_ns", "shape_func_native_reshape_ns", "shape_func_tvm_ns"]}),
           "ns per call", "one shape-function call from the VM")
-    fig.suptitle("shapefn VM vs TVM Relax VM (CPU; median of interleaved repetitions)")
+    fig.suptitle("shapefn VM vs TVM Relax VM on the CPU (medians of interleaved repetitions)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -144,23 +145,28 @@ def _vm_table(r: dict) -> list[str]:
             ("chain of elementwise ops, dynamic, ns/op", "dynamic_ns_per_op"),
             ("MLP 1024-512-256-128, static, us", "mlp_static_us"),
             ("MLP 1024-512-256-128, dynamic, us", "mlp_dynamic_us"),
-            ("empty call from Python, us", "call_us")]
-    cold = "cold" in r
-    head = "| | shapefn | Relax VM | shapefn min | Relax min |" + (" shapefn cold | Relax cold |" if cold else "")
-    lines = [head, "|---" * (5 + 2 * cold) + "|"]
+            ("empty call from Python (own tensor types), us", "call_us"),
+            ("empty call from Python (numpy array), us", "call_numpy_us")]
+    sections = [("", "wall"), ("min", "wall min"), ("cpu", "CPU")] + ([("cold", "cold")] if "cold" in r else [])
+    lines = ["| | " + " | ".join(f"shapefn {label} | Relax {label}" for _, label in sections) + " |",
+             "|---" + "|---:" * (2 * len(sections)) + "|"]
+
+    def cell(section, key):
+        source = r[section] if section else r
+        return f"{source[key]:.3g}" if key in source else ""
+
     for label, key in rows:
-        cells = [r[f"shapefn_{key}"], r[f"relax_{key}"], r["min"][f"shapefn_{key}"], r["min"][f"relax_{key}"]]
-        if cold:
-            cells += [r["cold"][f"shapefn_{key}"], r["cold"][f"relax_{key}"]]
-        lines.append(f"| {label} | " + " | ".join(f"{c:.3g}" for c in cells) + " |")
+        lines.append(f"| {label} | " + " | ".join(f"{cell(s, 'shapefn_' + key)} | {cell(s, 'relax_' + key)}"
+                                                  for s, _ in sections) + " |")
     for label, key in (("shape function, native (`shapefn.broadcast`), ns", "shape_func_native_ns"),
                        ("shape function, native (`relax.reshape`), ns", "shape_func_native_reshape_ns"),
                        ("shape function, TVM-compiled (Python), ns", "shape_func_tvm_ns")):
-        cells = [f"{r[key]:.3g}", "", f"{r['min'][key]:.3g}", ""] + ([f"{r['cold'][key]:.3g}", ""] if cold else [])
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines += ["", "| target | measured | limit | |", "|---|---:|---:|---|"]
-    for what, value, limit, met in vm_overhead.targets(r):
-        lines.append(f"| {what} | {value:.3g} | {limit:.3g} | {'met' if met else '**missed**'} |")
+        lines.append(f"| {label} | " + " | ".join(f"{cell(s, key)} | " for s, _ in sections) + " |")
+    lines += ["", "| target | wall median | limit | | CPU median | limit | |", "|---|---:|---:|---|---:|---:|---|"]
+    for (what, value, limit, met), (_, cpu, cpu_limit, cpu_met) in zip(vm_overhead.targets(r),
+                                                                         vm_overhead.targets(r["cpu"])):
+        lines.append(f"| {what} | {value:.3g} | {limit:.3g} | {'met' if met else '**missed**'} | "
+                     f"{cpu:.3g} | {cpu_limit:.3g} | {'met' if cpu_met else '**missed**'} |")
     return lines
 
 
@@ -207,8 +213,10 @@ def write_report(results: dict, directory: str | os.PathLike, command: str) -> p
     lines = ["# shapefn benchmarks", "",
              f"`{command}` on {m['cpu']} ({m['cores']} cores, {m['last_level_cache_bytes'] >> 20} MiB last-level "
              f"cache), Python {m['python']}, TVM {m['tvm']}, {m['date']}. Raw figures: `results.json`. "
-             "Times are medians of interleaved repetitions ('min': the fastest); 'cold' figures "
-             "(with `--cache-flush`) time each call alone after evicting the CPU caches.", "",
+             "Times are medians of interleaved repetitions ('min': the fastest); 'CPU' is the "
+             "benchmark thread's CPU time, which leaves out waiting for a core when other work shares "
+             "the machine; 'cold' figures (with `--cache-flush`) time each call alone after evicting "
+             "the CPU caches.", "",
              "## VM overhead: shapefn vs TVM's Relax VM", "",
              "`python -m shapefn.bench vm_overhead --json`: the same Relax modules on the CPU in one process, "
              "tensors small enough that kernel time is negligible.", "",

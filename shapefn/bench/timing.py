@@ -55,31 +55,37 @@ def add_cache_flush_argument(parser: argparse.ArgumentParser) -> None:
                         help="also time every call cold, after evicting the CPU caches (adds 'cold' figures)")
 
 
-def samples(fn: Callable[[], object], *, number: int = 1, flush: bool = False) -> float:
-    """Seconds per call of ``fn``: the mean of ``number`` back-to-back calls,
-    or of one call after a cache flush with ``flush=True``."""
+def samples(fn: Callable[[], object], *, number: int = 1, flush: bool = False) -> tuple[float, float]:
+    """Wall and CPU seconds per call of ``fn``: the mean of ``number``
+    back-to-back calls, or of one call after a cache flush with
+    ``flush=True``. CPU time is this thread's: on a machine shared with
+    other work it leaves out the time the thread waited for a core."""
     if flush:
         flush_caches()
         number = 1
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.thread_time()
     for _ in range(number):
         fn()
-    return (time.perf_counter() - start) / number
+    return (time.perf_counter() - start) / number, (time.thread_time() - start_cpu) / number
 
 
 def interleaved(cases: Mapping[str, Callable[[], object]], *, repeat: int, number: int | Mapping[str, int] = 1,
-                flush: bool = False) -> dict[str, list[float]]:
-    """Seconds per call of every case, ``repeat`` times, round-robin: each
-    repetition times every case once, so load from other processes spreads
-    over all cases instead of landing on one."""
-    times: dict[str, list[float]] = {name: [] for name in cases}
+                flush: bool = False) -> dict[str, dict[str, list[float]]]:
+    """Wall (``"wall"``) and CPU (``"cpu"``) seconds per call of every case,
+    ``repeat`` times, round-robin: each repetition times every case once, so
+    load from other processes spreads over all cases instead of landing on
+    one."""
+    times: dict[str, dict[str, list[float]]] = {"wall": {name: [] for name in cases},
+                                                "cpu": {name: [] for name in cases}}
     gc_was_enabled = gc.isenabled()
     gc.disable()  # as timeit does: a collection is not what any case costs
     try:
         for _ in range(repeat):
             for name, fn in cases.items():
                 n = number[name] if isinstance(number, Mapping) else number
-                times[name].append(samples(fn, number=n, flush=flush))
+                wall, cpu = samples(fn, number=n, flush=flush)
+                times["wall"][name].append(wall)
+                times["cpu"][name].append(cpu)
     finally:
         if gc_was_enabled:
             gc.enable()
