@@ -44,3 +44,52 @@ def test_concat_of_many_symbolic_inputs(count, ndim, axis):
     got = shapefn.VirtualMachine(exe, shapefn.sim(strict=True))(*args).numpy()
     np.testing.assert_array_equal(got, np.concatenate(args, axis=axis))
     np.testing.assert_array_equal(got, relax_vm(mod, *args))
+
+
+def numpy_scatter_elements(data, indices, updates, axis, reduction):
+    """ONNX ScatterElements, element by element in row-major order."""
+    out = data.copy()
+    for p in np.ndindex(*indices.shape):
+        target = list(p)
+        k = int(indices[p])
+        target[axis] = k + data.shape[axis] if k < 0 else k
+        target = tuple(target)
+        old, new = out[target], updates[p]
+        out[target] = {"update": new, "add": old + new, "mul": old * new, "mean": (old + new) / 2,
+                       "min": min(old, new), "max": max(old, new)}[reduction]
+    return out
+
+
+def scatter_module(data_shape, index_shape, axis, reduction, index_dtype):
+    data = relax.Var("data", relax.TensorType(data_shape, "float32"))
+    indices = relax.Var("indices", relax.TensorType(index_shape, index_dtype))
+    updates = relax.Var("updates", relax.TensorType(index_shape, "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [data, indices, updates]):
+        bb.emit_func_output(bb.emit(relax.op.scatter_elements(data, indices, updates, axis, reduction)))
+    return bb.get()
+
+
+@pytest.mark.parametrize("reduction", ["update", "add", "mul", "mean", "min", "max"])
+@pytest.mark.parametrize("data_shape, index_shape, axis, index_dtype", [
+    ((6, 4, 3, 2), (5, 4, 3, 2), 0, "int64"),  # Faster R-CNN's case: symbolic 4-d along axis 0
+    ((3, 7, 2), (3, 4, 2), -2, "int32"),
+    ((9,), (5,), 0, "int64"),
+])
+def test_scatter_elements(reduction, data_shape, index_shape, axis, index_dtype):
+    """Symbolic sizes, negative and repeated indices, against numpy's ONNX
+    semantics and TVM's Relax VM."""
+    rng = np.random.default_rng(len(data_shape))
+    data = rng.standard_normal(data_shape).astype("float32")
+    extent = data_shape[axis]
+    indices = rng.integers(-extent, extent, index_shape).astype(index_dtype)
+    updates = rng.standard_normal(index_shape).astype("float32")
+    ndim = len(data_shape)
+    symbolic = [[tirx.Var(f"{prefix}{a}", "int64") for a in range(ndim)] for prefix in "di"]
+    exe = shapefn.compile(scatter_module(*symbolic, axis, reduction, index_dtype), "sim")
+    got = shapefn.VirtualMachine(exe, shapefn.sim(strict=True))(data, indices, updates).numpy()
+    want = numpy_scatter_elements(data, indices, updates, axis % ndim, reduction)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    # TVM's own kernel, compiled for these static shapes (symbolic ones take it minutes).
+    static = scatter_module(data_shape, index_shape, axis, reduction, index_dtype)
+    np.testing.assert_allclose(got, relax_vm(static, data, indices, updates), rtol=1e-6, atol=1e-6)

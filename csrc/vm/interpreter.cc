@@ -92,6 +92,14 @@ DLTensor HostView(const TensorObj& t) {
   return d;
 }
 
+// Stores a tensor in a register without building a temporary Value: every
+// op of a program allocates its output through here.
+void SetTensor(Value& dst, TensorRef t) {
+  if (dst.kind != Value::Kind::kTensor && dst.kind != Value::Kind::kEmpty) dst = Value();
+  dst.kind = Value::Kind::kTensor;
+  dst.tensor = std::move(t);
+}
+
 // Shape-only inputs of a TVM-compiled shape function get this as their data
 // pointer: verified never to be read, but TVM's argument checks want non-null.
 alignas(64) int64_t kNeverRead[8] = {0};
@@ -172,8 +180,13 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
         break;
       case Opcode::kKill: {
         Value& v = regs[ins.op_at(0)];
-        if (v.kind == Value::Kind::kTensor) idle_.Keep(v.tensor);  // the next allocation of its size reuses it
-        v = Value();
+        if (v.kind == Value::Kind::kTensor) {
+          idle_.Keep(v.tensor);  // the next allocation of its size reuses it
+          v.tensor.reset();
+          v.kind = Value::Kind::kEmpty;
+        } else {
+          v = Value();
+        }
         break;
       }
       case Opcode::kAllocStorage: {
@@ -185,8 +198,8 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
       }
       case Opcode::kAllocTensor: {
         const ShapeVec& shape = ShapeOf(ins, regs[ins.op_at(2)]);
-        regs[ins.op_at(0)] =
-            Value::Tensor(Allocate(static_cast<int>(ins.op_at(1)), shape, DecodeDType(ins.op_at(3)), "alloc_tensor"));
+        SetTensor(regs[ins.op_at(0)],
+                  Allocate(static_cast<int>(ins.op_at(1)), shape, DecodeDType(ins.op_at(3)), "alloc_tensor"));
         break;
       }
       case Opcode::kTensorInStorage: {

@@ -56,26 +56,10 @@ void MemoryPool::CountAcquired(size_t size) {
   RaiseHighWater();
 }
 
-void MemoryPool::RaiseHighWater() {
-  const size_t now = in_use_.load(std::memory_order_relaxed) - idle_.load(std::memory_order_relaxed);
-  size_t high = high_water_.load(std::memory_order_relaxed);
-  while (now > high && !high_water_.compare_exchange_weak(high, now, std::memory_order_relaxed)) {
-  }
-}
-
 void MemoryPool::Release(void* ptr, size_t rounded) {
   in_use_.fetch_sub(rounded, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mutex_);
   free_[rounded].push_back(ptr);
-}
-
-void MemoryPool::MarkIdle(size_t rounded) {
-  idle_.store(idle_.load(std::memory_order_relaxed) + rounded, std::memory_order_relaxed);
-}
-
-void MemoryPool::MarkInUse(size_t rounded) {
-  idle_.store(idle_.load(std::memory_order_relaxed) - rounded, std::memory_order_relaxed);
-  RaiseHighWater();
 }
 
 size_t MemoryPool::bytes_in_use() const {

@@ -67,7 +67,8 @@ def _bars(ax, groups: list[str], series: dict[str, list[float]], ylabel: str, ti
     ax.set_xticks(range(len(groups)), groups)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
+    ax.set_ylim(0, 1.35 * max(max(v) for v in series.values()))  # room for the legend above the bars
+    ax.legend(fontsize=7, ncol=2, loc="upper left")
 
 
 def plot_vm_overhead(r: dict, path: pathlib.Path) -> None:

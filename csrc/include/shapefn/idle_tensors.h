@@ -37,7 +37,14 @@ class IdleTensors {
  private:
   // Few live sizes alternate in practice; beyond this many the oldest goes back to its pool.
   static constexpr size_t kCapacity = 16;
-  std::vector<TensorRef> tensors_;
+  struct Entry {
+    TensorRef tensor;
+    const MemoryPool* pool;  // (copied out of the tensor so a search reads one array)
+    size_t size_class;
+  };
+  void Release(Entry& entry);
+
+  std::vector<Entry> entries_;
   std::vector<const MemoryPool*> owned_;
 };
 

@@ -33,8 +33,13 @@ class MemoryPool {
   // without releasing it (IdleTensors) stops and starts counting as in use.
   // Only the owner calls these, so they take no lock and no atomic
   // read-modify-write: they run once per op.
-  void MarkIdle(size_t rounded);
-  void MarkInUse(size_t rounded);
+  void MarkIdle(size_t rounded) {
+    idle_.store(idle_.load(std::memory_order_relaxed) + rounded, std::memory_order_relaxed);
+  }
+  void MarkInUse(size_t rounded) {
+    idle_.store(idle_.load(std::memory_order_relaxed) - rounded, std::memory_order_relaxed);
+    RaiseHighWater();
+  }
   const std::shared_ptr<Device>& device() const { return device_; }
   size_t bytes_in_use() const;
   size_t high_water_bytes() const;
@@ -44,7 +49,12 @@ class MemoryPool {
 
  private:
   void CountAcquired(size_t size);
-  void RaiseHighWater();
+  void RaiseHighWater() {
+    const size_t now = in_use_.load(std::memory_order_relaxed) - idle_.load(std::memory_order_relaxed);
+    size_t high = high_water_.load(std::memory_order_relaxed);
+    while (now > high && !high_water_.compare_exchange_weak(high, now, std::memory_order_relaxed)) {
+    }
+  }
 
   std::shared_ptr<Device> device_;
   mutable std::mutex mutex_;
