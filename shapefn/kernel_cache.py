@@ -10,14 +10,14 @@ and a model edited in one op renames the kernels after it.
 
 A kernel's key is TVM's structural hash of its PrimFunc without its name
 (the equality TVM itself uses to merge identical kernels: it ignores
-variable names) plus the target and TVM's version. Its object is compiled
-under a symbol made from the key, and the linker gives each name of the
-module an alias to it (``--defsym``), so one object serves every name and
-module. Libraries are cached too, keyed by the module's names and kernel
-keys. Entries are written under a temporary name and renamed, so concurrent
-processes see a whole entry or none; an object entry carries the SHA-256 of
-its bytes, and one that does not match (or a library that does not load) is
-rebuilt and replaced.
+variable names) plus the target, the TVM pass options in effect and TVM's
+version. Its object is compiled under a symbol made from the key, and the
+linker gives each name of the module an alias to it (``--defsym``), so one
+object serves every name and module. Libraries are cached too, keyed by
+the module's names and kernel keys. Entries are written under a temporary
+name and renamed, so concurrent processes see a whole entry or none; an
+object entry carries the SHA-256 of its bytes, and one that does not match
+(or a library that does not load) is rebuilt and replaced.
 
 Layout under ``directory`` (default ``<cache_dir>/kernels``):
 ``objects/<key>.o`` and ``libraries/<key>.so``.

@@ -93,3 +93,17 @@ def test_scatter_elements(reduction, data_shape, index_shape, axis, index_dtype)
     # TVM's own kernel, compiled for these static shapes (symbolic ones take it minutes).
     static = scatter_module(data_shape, index_shape, axis, reduction, index_dtype)
     np.testing.assert_allclose(got, relax_vm(static, data, indices, updates), rtol=1e-6, atol=1e-6)
+
+
+def test_scatter_elements_indices_narrower_than_data():
+    """ONNX allows indices smaller than the data in every dimension; TVM's
+    kernel misplaces updates when, as here, one of them is neither the
+    first, the axis nor the one after it (so it is not compared)."""
+    rng = np.random.default_rng(9)
+    data = rng.standard_normal((2, 3, 4)).astype("float32")
+    indices = rng.integers(-2, 2, (2, 3, 2))
+    updates = rng.standard_normal((2, 3, 2)).astype("float32")
+    symbolic = [[tirx.Var(f"{prefix}{a}", "int64") for a in range(3)] for prefix in "di"]
+    exe = shapefn.compile(scatter_module(*symbolic, 0, "add", "int64"), "sim")
+    got = shapefn.VirtualMachine(exe, shapefn.sim(strict=True))(data, indices, updates).numpy()
+    np.testing.assert_allclose(got, numpy_scatter_elements(data, indices, updates, 0, "add"), rtol=1e-6)

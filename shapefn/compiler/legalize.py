@@ -117,9 +117,10 @@ def scatter_elements(ndim: int, axis: int, reduction: str, dtype: str, index_dty
     with symbolic sizes every read becomes a chain of divisions and remainders
     by products of sizes, which took LLVM minutes for Faster R-CNN's 4-d
     scatter (~650 s on a loaded 2-core machine); nested loops over the
-    indices' own shape leave plain strided addressing. It also indexes
-    ``data`` with the indices' sizes after the axis, wrong when they are
-    smaller than the data's in more than the last dimension.
+    indices' own shape leave plain strided addressing. It also addresses
+    ``data`` with the indices' sizes: wrong when the indices are narrower
+    than the data in a dimension other than the first, the axis and the one
+    after it (ONNX allows any indices no larger than the data).
     """
     if reduction not in _SCATTER_REDUCTIONS:
         raise ValueError(f"scatter_elements: unsupported reduction {reduction!r}")
