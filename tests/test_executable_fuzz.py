@@ -335,7 +335,7 @@ def field_values(f: Field):
         return [(n, "format") for n in unknown] + [(n, "any") for n in (0, 1, 5, 7, 1 << 40)]
     if f.role == "device":
         return [(n, "format") for n in (2, -2, 0x7FFFFFFF, -(1 << 31))] + [(n, "any") for n in (0, 1, -1)]
-    return []  # dtype parts: handled together by dtype_values
+    return []  # the parts of a dtype change together: see field_mutants
 
 
 def field_mutants(blob, lay):
