@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -154,9 +155,18 @@ std::string CountersJson(const shapefn::Counters& c, const std::string& indent) 
   return os.str();
 }
 
+// Tuples nested deeper than this are refused rather than walked (the walk
+// recurses); the Python VM refuses the same depth with RecursionError.
+constexpr int kMaxOutputNesting = 1000;
+
 // Writes `value` as out<k>.npy files, tuples flattened depth-first.
-void WriteOutputs(const shapefn::Value& value, const std::filesystem::path& dir, std::vector<std::string>* names) {
+void WriteOutputs(const shapefn::Value& value, const std::filesystem::path& dir, std::vector<std::string>* names,
+                  int depth = 0) {
   using Kind = shapefn::Value::Kind;
+  if (depth > kMaxOutputNesting) {
+    throw std::runtime_error("the result nests tuples more than " + std::to_string(kMaxOutputNesting) +
+                             " deep; shapefn-run cannot write it as out<k>.npy files");
+  }
   const std::string name = "out" + std::to_string(names->size()) + ".npy";
   auto path = [&] { return (dir / name).string(); };
   switch (value.kind) {
@@ -175,7 +185,7 @@ void WriteOutputs(const shapefn::Value& value, const std::filesystem::path& dir,
       shapefn::npy::Write(path(), DLDataType{kDLInt, 64, 1}, {}, &value.i);
       break;
     case Kind::kTuple:
-      for (const shapefn::Value& field : *value.tuple) WriteOutputs(field, dir, names);
+      for (const shapefn::Value& field : *value.tuple) WriteOutputs(field, dir, names, depth + 1);
       return;
     case Kind::kEmpty:
       return;  // nothing to write (Python sees None)
