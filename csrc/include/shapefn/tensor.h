@@ -94,6 +94,13 @@ struct TensorObj {
     return DLTensor{data(), storage->device->kernel_device(), static_cast<int32_t>(shape.size()), dtype,
                     const_cast<int64_t*>(shape.data()), nullptr, 0};
   }
+  // The same view labelled CPU: what host code (a shape function, a
+  // readback's destination) reads once the data is host-visible.
+  DLTensor AsHostDLTensor() const {
+    DLTensor d = AsDLTensor();
+    d.device = DLDevice{kDLCPU, 0};
+    return d;
+  }
 };
 
 using TensorRef = std::shared_ptr<TensorObj>;

@@ -1,0 +1,208 @@
+// invoke_shape_func: a shape function's inputs handed over as it declares
+// them (shapes as metadata, values through the smallest copy), native or
+// TVM-compiled, and its results checked before they become registers.
+// Operand indices were proven in range by Executable::Verify.
+#include <tvm/ffi/any.h>
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/error.h>
+
+#include <cstring>
+#include <string>
+
+#include "shapefn/error.h"
+#include "shapefn/vm.h"
+
+namespace shapefn {
+namespace {
+
+// Shape-only inputs of a TVM-compiled shape function get this as their data
+// pointer: verified never to be read, but TVM's argument checks want non-null.
+alignas(64) int64_t kNeverRead[8] = {0};
+
+}  // namespace
+
+void VirtualMachine::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Value>& regs) {
+  size_t sf = static_cast<size_t>(ins.op_at(0));
+  const ShapeFuncEntry& entry = *shape_funcs_[sf];
+  const int n_in = static_cast<int>(ins.list_size(0));
+  const int64_t* in = ins.list(0);
+  const int n_out = static_cast<int>(ins.list_size(1));
+  const int64_t* out = ins.list(1);
+  const bool per_op = options_.dependence == Dependence::kPerOp && entry.AnyValue();
+
+  // Scratch reused from call to call (sized before pointers into it are taken):
+  // a shape function runs once per dynamic op, and allocating its argument
+  // arrays cost more than most shape functions.
+  ShapeFuncScratch& scratch = shape_func_scratch_;
+  if (scratch.inputs.size() < static_cast<size_t>(n_in)) {
+    scratch.inputs.resize(static_cast<size_t>(n_in));
+    scratch.values.resize(static_cast<size_t>(n_in));
+    scratch.value_lengths.resize(static_cast<size_t>(n_in));
+  }
+  ShapeFuncInput* inputs = scratch.inputs.data();
+  std::vector<TensorRef> staged;
+  Device* wait_on = nullptr;
+  for (int i = 0; i < n_in; ++i) {
+    const Value& v = regs[in[i]];
+    const bool wants_value = entry.NeedsValue(i);
+    ShapeFuncInput& input = inputs[i];
+    DLTensor& value = scratch.values[static_cast<size_t>(i)];
+    switch (v.kind) {
+      case Value::Kind::kTensor: {
+        const TensorObj& t = *v.tensor;
+        input = ShapeFuncInput{t.shape.data(), static_cast<int>(t.shape.size()), t.dtype, nullptr};
+        if (!wants_value && !per_op) break;
+        if (t.device()->is_host()) {
+          value = t.AsHostDLTensor();
+        } else {
+          // Only this input's bytes cross; the sync waits for them once below.
+          staged.push_back(StageToHost(v.tensor));
+          wait_on = t.device().get();
+          value = staged.back()->AsHostDLTensor();
+        }
+        input.value = &value;
+        break;
+      }
+      case Value::Kind::kShape:
+      case Value::Kind::kInt: {
+        // Values already on the host: shapes are int64 vectors, ints scalars.
+        const bool scalar = v.kind == Value::Kind::kInt;
+        int64_t* length = &scratch.value_lengths[static_cast<size_t>(i)];  // the vector's 1-d shape
+        *length = static_cast<int64_t>(v.shape.size());
+        const int ndim = scalar ? 0 : 1;
+        value = DLTensor{const_cast<int64_t*>(scalar ? &v.i : v.shape.data()), DLDevice{kDLCPU, 0}, ndim,
+                         DLDataType{kDLInt, 64, 1}, length, nullptr, 0};
+        input = ShapeFuncInput{length, ndim, value.dtype, &value};
+        break;
+      }
+      default:
+        Fail(ErrorKind::kType, "shape function of '" + entry.name + "' input " + std::to_string(i) +
+                                   " is " + KindName(v.kind));
+    }
+  }
+  if (wait_on != nullptr) SyncWith(*wait_on);
+
+  std::vector<ShapeVec>& results = scratch.results;
+  results.clear();
+  Device& device = *devices_[kExecutionSlot];
+  if (entry.native != nullptr) {
+    ShapeFuncAttrs attrs{ins.list(2), static_cast<int>(ins.list_size(2))};
+    const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
+    device.BeginHostShapeWork();
+    try {
+      entry.native(inputs, n_in, attrs, &results);
+    } catch (...) {
+      device.EndHostShapeWork();
+      throw;
+    }
+    device.EndHostShapeWork();
+    if (profiler_ != nullptr) profiler_->ShapeFunc(entry.name, true, start);
+  } else {
+    CallCompiledShapeFunc(sf, n_in, &results);
+  }
+  counters_.shape_func_calls += 1;
+
+  if (static_cast<int>(results.size()) != n_out) {
+    Fail(ErrorKind::kValue, "shape function of '" + entry.name + "' returned " + std::to_string(results.size()) +
+                                " shapes, the program expects " + std::to_string(n_out));
+  }
+  for (int j = 0; j < n_out; ++j) {
+    int64_t numel = 1;
+    for (int64_t d : results[static_cast<size_t>(j)]) {
+      if (d < 0) {
+        Fail(ErrorKind::kValue, "shape function of '" + entry.name + "' returned a negative dimension " +
+                                    std::to_string(d) + " for output " + std::to_string(j));
+      }
+      // A size no tensor can have is reported here, naming the op, rather
+      // than where it is first allocated.
+      if (__builtin_mul_overflow(numel, d, &numel)) {
+        std::string shape;
+        for (int64_t e : results[static_cast<size_t>(j)]) shape += (shape.empty() ? "" : ", ") + std::to_string(e);
+        Fail(ErrorKind::kValue, "shape function of '" + entry.name + "' returned [" + shape + "] for output " +
+                                    std::to_string(j) + ", whose element count overflows int64");
+      }
+    }
+    // Stored in place, without a temporary Value: this runs once per dynamic op.
+    Value& dst = regs[out[j]];
+    if (dst.kind != Value::Kind::kShape) dst = Value();  // drops whatever it held
+    dst.kind = Value::Kind::kShape;
+    dst.shape.swap(results[static_cast<size_t>(j)]);  // its old vector goes with `results` at the next call
+  }
+}
+
+void VirtualMachine::CallCompiledShapeFunc(size_t sf, int n_in, std::vector<ShapeVec>* results) {
+  const ShapeFuncEntry& entry = *shape_funcs_[sf];
+  ShapeFuncScratch& scratch = shape_func_scratch_;
+  const ShapeFuncInput* inputs = scratch.inputs.data();
+  // The input signature (dtype and rank of each input) as numbers: found in
+  // the cache without building its text, which only a compile needs.
+  std::vector<uint64_t>& key = scratch.signature;
+  key.clear();
+  for (int i = 0; i < n_in; ++i) {
+    key.push_back(static_cast<uint64_t>(EncodeDType(inputs[i].dtype)) | (static_cast<uint64_t>(inputs[i].ndim) << 32));
+  }
+  std::vector<CompiledShapeFunc>& cache = compiled_[sf];
+  const CompiledShapeFunc* compiled = nullptr;
+  for (const CompiledShapeFunc& c : cache) {
+    if (c.signature == key) {
+      compiled = &c;
+      break;
+    }
+  }
+  if (compiled == nullptr) {
+    std::string signature;
+    for (int i = 0; i < n_in; ++i) {
+      if (i) signature += ",";
+      signature += DTypeToString(inputs[i].dtype) + ":" + std::to_string(inputs[i].ndim);
+    }
+    const int64_t compile_start = profiler_ != nullptr ? profiler_->Now() : 0;
+    CompiledShapeFunc fresh;
+    fresh.signature = key;
+    try {
+      auto result = entry.compiler(signature).cast<tvm::ffi::Array<tvm::ffi::Any>>();
+      fresh.fn = result[0].cast<tvm::ffi::Function>();
+      for (size_t j = 1; j < result.size(); ++j) fresh.out_ndims.push_back(result[j].cast<int64_t>());
+    } catch (const tvm::ffi::Error& e) {
+      Fail(ErrorKind::kRuntime, "compiling the shape function of '" + entry.name + "' for (" + signature +
+                                    ") failed: " + e.kind() + ": " + e.message());
+    }
+    cache.push_back(std::move(fresh));
+    compiled = &cache.back();
+    if (profiler_ != nullptr) profiler_->Compile(entry.name, compile_start);
+  }
+  // Arguments: the inputs, then one int64 vector per output shape.
+  const size_t n_out = compiled->out_ndims.size();
+  results->resize(n_out);
+  std::vector<DLTensor>& tensors = scratch.arg_tensors;
+  tensors.resize(static_cast<size_t>(n_in) + n_out);  // sized before the AnyViews point into it
+  for (int i = 0; i < n_in; ++i) {
+    const ShapeFuncInput& input = inputs[i];
+    tensors[static_cast<size_t>(i)] =
+        input.value != nullptr ? *input.value
+                               : DLTensor{kNeverRead, DLDevice{kDLCPU, 0}, input.ndim, input.dtype,
+                                          const_cast<int64_t*>(input.shape), nullptr, 0};
+  }
+  for (size_t j = 0; j < n_out; ++j) {
+    ShapeVec& shape = (*results)[j];
+    shape.assign(static_cast<size_t>(compiled->out_ndims[j]), 0);
+    tensors[static_cast<size_t>(n_in) + j] = DLTensor{shape.data(), DLDevice{kDLCPU, 0}, 1, DLDataType{kDLInt, 64, 1},
+                                                      const_cast<int64_t*>(&compiled->out_ndims[j]), nullptr, 0};
+  }
+  std::vector<tvm::ffi::AnyView>& args = scratch.args;
+  args.clear();
+  for (DLTensor& t : tensors) args.emplace_back(&t);
+  tvm::ffi::Any rv;
+  Device& device = *devices_[kExecutionSlot];
+  const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
+  device.BeginHostShapeWork();
+  try {
+    compiled->fn.CallPacked(args.data(), static_cast<int32_t>(args.size()), &rv);
+  } catch (const tvm::ffi::Error& e) {
+    device.EndHostShapeWork();
+    Fail(ErrorKind::kRuntime, "shape function of '" + entry.name + "' failed: " + e.kind() + ": " + e.message());
+  }
+  device.EndHostShapeWork();
+  if (profiler_ != nullptr) profiler_->ShapeFunc(entry.name, false, start);
+}
+
+}  // namespace shapefn
