@@ -98,6 +98,7 @@ class SimDevice final : public Device {
   void EndHostShapeWork() override {
     if (config_.strict && --strict_depth_ == 0) mprotect(base_, size_, PROT_READ | PROT_WRITE);
   }
+  bool guards_host_shape_work() const override { return config_.strict; }
   std::recursive_mutex* exclusive_use_mutex() override { return config_.strict ? &exclusive_use_ : nullptr; }
 
  private:

@@ -68,9 +68,9 @@ py::list EvalShapeFunc(const std::string& op, const py::list& inputs,
     in[i] = ShapeFuncInput{shapes[i].data(), static_cast<int>(shapes[i].size()), dtype,
                            entry->NeedsValue(static_cast<int>(i)) ? &values[i] : nullptr};
   }
-  std::vector<ShapeVec> out;
+  std::vector<ShapeVec> out(static_cast<size_t>(entry->num_outputs));
   ShapeFuncAttrs a{attrs.data(), static_cast<int>(attrs.size())};
-  entry->native(in.data(), static_cast<int>(n), a, &out);
+  entry->native(in.data(), static_cast<int>(n), a, out.data());
   py::list result;
   for (const ShapeVec& s : out) result.append(py::tuple(py::cast(s)));
   return result;

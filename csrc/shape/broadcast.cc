@@ -14,26 +14,30 @@ using namespace shape_util;
 
 constexpr const char* kBroadcast = "shapefn.broadcast";
 
+[[noreturn]] __attribute__((cold, noinline)) void FailBroadcast(const ShapeFuncInput* inputs, int num_inputs) {
+  std::string shapes;
+  for (int j = 0; j < num_inputs; ++j) shapes += (j ? " and " : "") + ShapeString(inputs[j]);
+  FailOp(kBroadcast, "shapes " + shapes + " do not broadcast");
+}
+
 void BroadcastShapes(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                     std::vector<ShapeVec>* outputs) {
+                     ShapeVec* outputs) {
   int ndim = 0;
   for (int i = 0; i < num_inputs; ++i) ndim = std::max(ndim, inputs[i].ndim);
-  ShapeVec out(static_cast<size_t>(ndim), 1);
+  ShapeVec& out = outputs[0];
+  out.resize(static_cast<size_t>(ndim));
+  int64_t* o = out.data();
+  for (int k = 0; k < ndim; ++k) o[k] = 1;
   for (int i = 0; i < num_inputs; ++i) {
     const ShapeFuncInput& in = inputs[i];
+    int64_t* aligned = o + (ndim - in.ndim);  // right-aligned, numpy's rule
     for (int k = 0; k < in.ndim; ++k) {
-      int64_t d = in.shape[k];
-      int64_t& o = out[static_cast<size_t>(ndim - in.ndim + k)];
-      if (d == o || d == 1) continue;
-      if (o != 1) {
-        std::string shapes;
-        for (int j = 0; j < num_inputs; ++j) shapes += (j ? " and " : "") + ShapeString(inputs[j]);
-        FailOp(kBroadcast, "shapes " + shapes + " do not broadcast");
-      }
-      o = d;
+      const int64_t d = in.shape[k];
+      if (d == aligned[k] || d == 1) continue;
+      if (aligned[k] != 1) FailBroadcast(inputs, num_inputs);
+      aligned[k] = d;
     }
   }
-  outputs->push_back(std::move(out));
 }
 
 SHAPEFN_BUILTIN(shapefn_broadcast2, "shapefn.broadcast", {}, (std::vector<bool>{false, false}), 1, false,

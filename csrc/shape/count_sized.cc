@@ -23,10 +23,10 @@ using namespace shape_util;
 constexpr const char* kNonzero = "relax.nonzero";
 
 void NonzeroShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                  std::vector<ShapeVec>* outputs) {
+                  ShapeVec* outputs) {
   RequireInputs(num_inputs, 1, kNonzero);
   const ShapeFuncInput& data = inputs[0];
-  outputs->push_back(ShapeVec{data.ndim, CheckedNumel(data, kNonzero)});
+  outputs[0].assign({data.ndim, CheckedNumel(data, kNonzero)});
 }
 
 SHAPEFN_BUILTIN(relax_nonzero, kNonzero, {"dyn.nonzero"}, (std::vector<bool>{false}), 1, true,
@@ -40,10 +40,10 @@ SHAPEFN_BUILTIN(relax_nonzero, kNonzero, {"dyn.nonzero"}, (std::vector<bool>{fal
 constexpr const char* kUnique = "relax.unique";
 
 void UniqueShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                 std::vector<ShapeVec>* outputs) {
+                 ShapeVec* outputs) {
   RequireInputs(num_inputs, 1, kUnique);
   const int64_t numel = CheckedNumel(inputs[0], kUnique);
-  for (int i = 0; i < 4; ++i) outputs->push_back(ShapeVec{numel});
+  for (int i = 0; i < 4; ++i) outputs[i].assign({numel});
 }
 
 SHAPEFN_BUILTIN(relax_unique, kUnique, {"dyn.unique"}, (std::vector<bool>{false}), 4, true,
@@ -58,7 +58,7 @@ SHAPEFN_BUILTIN(relax_unique, kUnique, {"dyn.unique"}, (std::vector<bool>{false}
 constexpr const char* kNms = "relax.vision.all_class_non_max_suppression";
 
 void AllClassNmsShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                      std::vector<ShapeVec>* outputs) {
+                      ShapeVec* outputs) {
   RequireInputs(num_inputs, 5, kNms);
   const ShapeFuncInput& boxes = inputs[0];
   const ShapeFuncInput& scores = inputs[1];
@@ -80,7 +80,7 @@ void AllClassNmsShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeF
                                                          "max_output_boxes_per_class"));
   const int64_t per_class = std::min(num_boxes, cap);
   const int64_t rows = CheckedMul(CheckedMul(batch, num_classes, kNms), per_class, kNms);
-  outputs->push_back(ShapeVec{rows, 3});
+  outputs[0].assign({rows, 3});
 }
 
 SHAPEFN_BUILTIN(relax_vision_all_class_non_max_suppression, kNms,

@@ -21,7 +21,7 @@ constexpr int64_t kLayoutNCHW = 0;
 constexpr int64_t kLayoutNHWC = 1;
 
 void Resize2dShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                   std::vector<ShapeVec>* outputs) {
+                   ShapeVec* outputs) {
   RequireInputs(num_inputs, 2, kResize2d);
   const ShapeFuncInput& data = inputs[0];
   RequireRank(data, 4, kResize2d, "data");
@@ -32,7 +32,8 @@ void Resize2dShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFunc
   }
   RequireNonNegativeDims(size, kResize2d, "size");
   const int64_t layout = attrs.get(0, kLayoutNCHW);
-  ShapeVec out(data.shape, data.shape + 4);
+  ShapeVec& out = outputs[0];
+  out.assign(data.shape, data.shape + 4);
   if (layout == kLayoutNCHW) {
     out[2] = size[0];
     out[3] = size[1];
@@ -43,7 +44,6 @@ void Resize2dShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFunc
     FailOp(kResize2d, "layout code " + std::to_string(layout) + " is not 0 (NCHW) or 1 (NHWC)");
   }
   CheckedNumel(out, kResize2d);
-  outputs->push_back(std::move(out));
 }
 
 SHAPEFN_BUILTIN(relax_image_resize2d, kResize2d, {"dyn.image.resize2d"},
@@ -58,7 +58,7 @@ SHAPEFN_BUILTIN(relax_image_resize2d, kResize2d, {"dyn.image.resize2d"},
 constexpr const char* kPad = "relax.nn.pad";
 
 void PadShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-              std::vector<ShapeVec>* outputs) {
+              ShapeVec* outputs) {
   RequireInputs(num_inputs, 3, kPad);
   const ShapeFuncInput& data = inputs[0];
   const DLTensor& pads = ValueOf(inputs[1], kPad, "pad_width");
@@ -71,7 +71,8 @@ void PadShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs
                      std::to_string(2 * ndim) + ",) for data " + ShapeString(data) + ", got " +
                      ShapeString(pads.shape, pads.ndim));
   }
-  ShapeVec out(static_cast<size_t>(ndim));
+  ShapeVec& out = outputs[0];
+  out.resize(static_cast<size_t>(ndim));
   for (int64_t i = 0; i < ndim; ++i) {
     const int64_t before = ValueAsInt64(pads, pairs ? 2 * i : i);
     const int64_t after = ValueAsInt64(pads, pairs ? 2 * i + 1 : ndim + i);
@@ -84,7 +85,6 @@ void PadShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs
     out[static_cast<size_t>(i)] = extent;
   }
   CheckedNumel(out, kPad);
-  outputs->push_back(std::move(out));
 }
 
 SHAPEFN_BUILTIN(relax_nn_pad, kPad, {"dyn.nn.pad"}, (std::vector<bool>{false, true, false}), 1,

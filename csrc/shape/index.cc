@@ -20,7 +20,7 @@ using namespace shape_util;
 constexpr const char* kTopK = "relax.topk";
 
 void TopKShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-               std::vector<ShapeVec>* outputs) {
+               ShapeVec* outputs) {
   RequireInputs(num_inputs, 2, kTopK);
   const ShapeFuncInput& data = inputs[0];
   const int64_t k = ReadIntScalar(inputs[1], kTopK, "k");
@@ -32,10 +32,10 @@ void TopKShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttr
                       " of data " + ShapeString(data) + " has " + std::to_string(dim) +
                       " elements");
   }
-  ShapeVec out(data.shape, data.shape + data.ndim);
+  ShapeVec& out = outputs[0];
+  out.assign(data.shape, data.shape + data.ndim);
   out[static_cast<size_t>(axis)] = k;
-  outputs->push_back(out);
-  outputs->push_back(std::move(out));
+  outputs[1] = out;
 }
 
 SHAPEFN_BUILTIN(relax_topk, kTopK, {"dyn.topk"}, (std::vector<bool>{false, true}), 2, false,
@@ -91,7 +91,7 @@ int64_t RealArangeLength(double start, double stop, double step) {
 }
 
 void ArangeShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                 std::vector<ShapeVec>* outputs) {
+                 ShapeVec* outputs) {
   RequireInputs(num_inputs, 3, kArange);
   const char* names[3] = {"start", "stop", "step"};
   const DLTensor* values[3];
@@ -117,7 +117,7 @@ void ArangeShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAt
     if (step == 0.0) FailOp(kArange, "step is 0");
     length = RealArangeLength(start, stop, step);
   }
-  outputs->push_back(ShapeVec{length});
+  outputs[0].assign({length});
 }
 
 SHAPEFN_BUILTIN(relax_arange, kArange, {"dyn.arange"}, (std::vector<bool>{true, true, true}), 1,

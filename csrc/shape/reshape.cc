@@ -23,11 +23,12 @@ using namespace shape_util;
 constexpr const char* kReshape = "relax.reshape";
 
 void ReshapeShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                  std::vector<ShapeVec>* outputs) {
+                  ShapeVec* outputs) {
   RequireInputs(num_inputs, 2, kReshape);
   const ShapeFuncInput& data = inputs[0];
   const bool allowzero = attrs.get(0, 0) != 0;
-  ShapeVec out = ReadIntVector(inputs[1], kReshape, "newshape");
+  ShapeVec& out = outputs[0];
+  ReadIntVector(inputs[1], kReshape, "newshape", &out);
   // Error text is built only on failure (re-reading the request): building it
   // up front cost more than the whole shape function.
   auto requested = [&] { return ShapeString(ReadIntVector(inputs[1], kReshape, "newshape")); };
@@ -68,7 +69,6 @@ void ReshapeShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncA
     FailOp(kReshape, "cannot reshape data " + ShapeString(data) + " of " +
                          std::to_string(total) + " elements into " + ShapeString(out));
   }
-  outputs->push_back(std::move(out));
 }
 
 SHAPEFN_BUILTIN(relax_reshape, kReshape, {"dyn.reshape"}, (std::vector<bool>{false, true}), 1,
@@ -89,7 +89,7 @@ constexpr const char* kBroadcastTo = "relax.broadcast_to";
 }
 
 void BroadcastToShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                      std::vector<ShapeVec>* outputs) {
+                      ShapeVec* outputs) {
   RequireInputs(num_inputs, 2, kBroadcastTo);
   const ShapeFuncInput& data = inputs[0];
   const bool bidirectional = attrs.get(0, 0) != 0;
@@ -101,7 +101,8 @@ void BroadcastToShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeF
     FailBroadcast(data, target, "the target has fewer dims than the data");
   }
   const int ndim = std::max(target_ndim, data.ndim);
-  ShapeVec out(static_cast<size_t>(ndim));
+  ShapeVec& out = outputs[0];
+  out.resize(static_cast<size_t>(ndim));
   // Walk right-aligned; a missing leading dim behaves as 1.
   for (int k = 1; k <= ndim; ++k) {
     const int64_t d = k <= data.ndim ? data.shape[data.ndim - k] : 1;
@@ -117,7 +118,6 @@ void BroadcastToShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeF
     }
     out[static_cast<size_t>(ndim - k)] = r;
   }
-  outputs->push_back(std::move(out));
 }
 
 SHAPEFN_BUILTIN(relax_broadcast_to, kBroadcastTo, {"dyn.broadcast_to"},
@@ -131,27 +131,27 @@ constexpr const char* kFull = "relax.full";
 constexpr const char* kZeros = "relax.zeros";
 constexpr const char* kOnes = "relax.ones";
 
-void ShapeFromValue(const ShapeFuncInput& shape, const char* op, std::vector<ShapeVec>* outputs) {
-  ShapeVec out = ReadIntVector(shape, op, "shape");
+void ShapeFromValue(const ShapeFuncInput& shape, const char* op, ShapeVec* outputs) {
+  ShapeVec& out = outputs[0];
+  ReadIntVector(shape, op, "shape", &out);
   RequireNonNegativeDims(out, op, "shape");
   CheckedNumel(out, op);  // a shape whose size overflows cannot be allocated
-  outputs->push_back(std::move(out));
 }
 
 void FullShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-               std::vector<ShapeVec>* outputs) {
+               ShapeVec* outputs) {
   RequireInputs(num_inputs, 2, kFull);
   ShapeFromValue(inputs[1], kFull, outputs);
 }
 
 void ZerosShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                std::vector<ShapeVec>* outputs) {
+                ShapeVec* outputs) {
   RequireInputs(num_inputs, 1, kZeros);
   ShapeFromValue(inputs[0], kZeros, outputs);
 }
 
 void OnesShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-               std::vector<ShapeVec>* outputs) {
+               ShapeVec* outputs) {
   RequireInputs(num_inputs, 1, kOnes);
   ShapeFromValue(inputs[0], kOnes, outputs);
 }
@@ -168,7 +168,7 @@ SHAPEFN_BUILTIN(relax_ones, kOnes, {"dyn.ones"}, (std::vector<bool>{true}), 1, f
 constexpr const char* kTile = "relax.tile";
 
 void TileShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-               std::vector<ShapeVec>* outputs) {
+               ShapeVec* outputs) {
   RequireInputs(num_inputs, 2, kTile);
   const ShapeFuncInput& data = inputs[0];
   const ShapeVec reps = ReadIntVector(inputs[1], kTile, "repeats", /*allow_scalar=*/true);
@@ -176,14 +176,14 @@ void TileShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttr
 
   const int reps_ndim = static_cast<int>(reps.size());
   const int ndim = std::max(reps_ndim, data.ndim);
-  ShapeVec out(static_cast<size_t>(ndim));
+  ShapeVec& out = outputs[0];
+  out.resize(static_cast<size_t>(ndim));
   for (int k = 1; k <= ndim; ++k) {
     const int64_t d = k <= data.ndim ? data.shape[data.ndim - k] : 1;
     const int64_t r = k <= reps_ndim ? reps[static_cast<size_t>(reps_ndim - k)] : 1;
     out[static_cast<size_t>(ndim - k)] = CheckedMul(d, r, kTile);
   }
   CheckedNumel(out, kTile);
-  outputs->push_back(std::move(out));
 }
 
 SHAPEFN_BUILTIN(relax_tile, kTile, {"dyn.tile"}, (std::vector<bool>{false, true}), 1, false,

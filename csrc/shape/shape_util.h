@@ -107,18 +107,25 @@ inline void RequireIntegerDType(const DLTensor& value, const char* op, const cha
   }
 }
 
-// A 1-D integer vector value (begin, newshape, ...). `allow_scalar` accepts
-// a 0-d value as a one-element vector where numpy does (np.tile(a, 2)).
-inline ShapeVec ReadIntVector(const ShapeFuncInput& in, const char* op, const char* what,
-                              bool allow_scalar = false) {
+// A 1-D integer vector value (begin, newshape, ...) read into `out`, whose
+// storage is reused. `allow_scalar` accepts a 0-d value as a one-element
+// vector where numpy does (np.tile(a, 2)).
+inline void ReadIntVector(const ShapeFuncInput& in, const char* op, const char* what, ShapeVec* out,
+                          bool allow_scalar = false) {
   const DLTensor& v = ValueOf(in, op, what);
   RequireIntegerDType(v, op, what);
   if (!(v.ndim == 1 || (allow_scalar && v.ndim == 0))) {
     FailOp(op, std::string(what) + " must be 1-D, got shape " + ShapeString(v.shape, v.ndim));
   }
   int64_t n = ValueNumel(v);
-  ShapeVec out(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = ValueAsInt64(v, i);
+  out->resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) (*out)[static_cast<size_t>(i)] = ValueAsInt64(v, i);
+}
+
+inline ShapeVec ReadIntVector(const ShapeFuncInput& in, const char* op, const char* what,
+                              bool allow_scalar = false) {
+  ShapeVec out;
+  ReadIntVector(in, op, what, &out, allow_scalar);
   return out;
 }
 

@@ -42,7 +42,7 @@ int64_t SliceExtent(int64_t begin, int64_t end, int64_t stride, int64_t dim) {
 }
 
 void StridedSliceShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                       std::vector<ShapeVec>* outputs) {
+                       ShapeVec* outputs) {
   RequireInputs(num_inputs, 4, kOp);
   const ShapeFuncInput& data = inputs[0];
   ShapeVec begin = ReadIntVector(inputs[1], kOp, "begin");
@@ -57,12 +57,12 @@ void StridedSliceShape(const ShapeFuncInput* inputs, int num_inputs, const Shape
     FailOp(kOp, "begin has " + std::to_string(begin.size()) + " entries but data " +
                     ShapeString(data) + " has only " + std::to_string(data.ndim) + " dims");
   }
-  ShapeVec out(data.shape, data.shape + data.ndim);
+  ShapeVec& out = outputs[0];
+  out.assign(data.shape, data.shape + data.ndim);
   for (size_t i = 0; i < begin.size(); ++i) {
     if (strides[i] == 0) FailOp(kOp, "strides[" + std::to_string(i) + "] is 0");
     out[i] = SliceExtent(begin[i], end[i], strides[i], data.shape[i]);
   }
-  outputs->push_back(std::move(out));
 }
 
 SHAPEFN_BUILTIN(relax_dynamic_strided_slice, kOp, {"dyn.strided_slice"},

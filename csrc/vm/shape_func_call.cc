@@ -22,115 +22,125 @@ alignas(64) int64_t kNeverRead[8] = {0};
 }  // namespace
 
 void VirtualMachine::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Value>& regs) {
-  size_t sf = static_cast<size_t>(ins.op_at(0));
-  const ShapeFuncEntry& entry = *shape_funcs_[sf];
+  // This runs once per dynamic op: the common case (shapes of tensors in,
+  // a native function, well-formed shapes out) stays on a short straight
+  // path, and everything else is out of line.
+  const size_t sf = static_cast<size_t>(ins.op_at(0));
+  const ShapeFuncPlan& plan = shape_func_plans_[sf];
   const int n_in = static_cast<int>(ins.list_size(0));
   const int64_t* in = ins.list(0);
   const int n_out = static_cast<int>(ins.list_size(1));
   const int64_t* out = ins.list(1);
-  const bool per_op = options_.dependence == Dependence::kPerOp && entry.AnyValue();
 
-  // Scratch reused from call to call (sized before pointers into it are taken):
-  // a shape function runs once per dynamic op, and allocating its argument
-  // arrays cost more than most shape functions.
+  // Scratch reused from call to call (sized before pointers into it are taken).
   ShapeFuncScratch& scratch = shape_func_scratch_;
-  if (scratch.inputs.size() < static_cast<size_t>(n_in)) {
-    scratch.inputs.resize(static_cast<size_t>(n_in));
-    scratch.values.resize(static_cast<size_t>(n_in));
-    scratch.value_lengths.resize(static_cast<size_t>(n_in));
-  }
+  if (scratch.inputs.size() < static_cast<size_t>(n_in)) scratch.Reserve(static_cast<size_t>(n_in));
   ShapeFuncInput* inputs = scratch.inputs.data();
-  std::vector<TensorRef> staged;
-  Device* wait_on = nullptr;
+  std::vector<TensorRef> staged;  // host copies of device values, alive until the shape function returns
   for (int i = 0; i < n_in; ++i) {
     const Value& v = regs[in[i]];
-    const bool wants_value = entry.NeedsValue(i);
-    ShapeFuncInput& input = inputs[i];
-    DLTensor& value = scratch.values[static_cast<size_t>(i)];
-    switch (v.kind) {
-      case Value::Kind::kTensor: {
-        const TensorObj& t = *v.tensor;
-        input = ShapeFuncInput{t.shape.data(), static_cast<int>(t.shape.size()), t.dtype, nullptr};
-        if (!wants_value && !per_op) break;
-        if (t.device()->is_host()) {
-          value = t.AsHostDLTensor();
-        } else {
-          // Only this input's bytes cross; the sync waits for them once below.
-          staged.push_back(StageToHost(v.tensor));
-          wait_on = t.device().get();
-          value = staged.back()->AsHostDLTensor();
-        }
-        input.value = &value;
-        break;
-      }
-      case Value::Kind::kShape:
-      case Value::Kind::kInt: {
-        // Values already on the host: shapes are int64 vectors, ints scalars.
-        const bool scalar = v.kind == Value::Kind::kInt;
-        int64_t* length = &scratch.value_lengths[static_cast<size_t>(i)];  // the vector's 1-d shape
-        *length = static_cast<int64_t>(v.shape.size());
-        const int ndim = scalar ? 0 : 1;
-        value = DLTensor{const_cast<int64_t*>(scalar ? &v.i : v.shape.data()), DLDevice{kDLCPU, 0}, ndim,
-                         DLDataType{kDLInt, 64, 1}, length, nullptr, 0};
-        input = ShapeFuncInput{length, ndim, value.dtype, &value};
-        break;
-      }
-      default:
-        Fail(ErrorKind::kType, "shape function of '" + entry.name + "' input " + std::to_string(i) +
-                                   " is " + KindName(v.kind));
+    if (v.kind == Value::Kind::kTensor) {
+      const TensorObj& t = *v.tensor;
+      inputs[i] = ShapeFuncInput{t.shape.data(), static_cast<int>(t.shape.size()), t.dtype, nullptr};
+      if (plan.ReadsValue(i)) inputs[i].value = HostValueOf(v.tensor, static_cast<size_t>(i), &staged);
+    } else {
+      HostValueOf(plan, v, i);
     }
   }
-  if (wait_on != nullptr) SyncWith(*wait_on);
+  if (!staged.empty()) SyncWith(*devices_[kExecutionSlot]);
 
+  // The output vectors keep their storage from call to call (each is swapped
+  // with its register's previous shape below), so steady state allocates nothing.
   std::vector<ShapeVec>& results = scratch.results;
-  results.clear();
-  Device& device = *devices_[kExecutionSlot];
-  if (entry.native != nullptr) {
-    ShapeFuncAttrs attrs{ins.list(2), static_cast<int>(ins.list_size(2))};
-    const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
-    device.BeginHostShapeWork();
-    try {
-      entry.native(inputs, n_in, attrs, &results);
-    } catch (...) {
-      device.EndHostShapeWork();
-      throw;
-    }
-    device.EndHostShapeWork();
-    if (profiler_ != nullptr) profiler_->ShapeFunc(entry.name, true, start);
+  if (results.size() < static_cast<size_t>(n_out)) results.resize(static_cast<size_t>(n_out));
+  for (int j = 0; j < n_out; ++j) results[static_cast<size_t>(j)].clear();
+  if (plan.native != nullptr && profiler_ == nullptr && !guard_host_shape_work_) {
+    // n_out == entry.num_outputs: checked at load.
+    plan.native(inputs, n_in, ShapeFuncAttrs{ins.list(2), static_cast<int>(ins.list_size(2))}, results.data());
+  } else if (plan.native != nullptr) {
+    CallNativeShapeFunc(plan, ins, n_in, results.data());
   } else {
-    CallCompiledShapeFunc(sf, n_in, &results);
+    CallCompiledShapeFunc(sf, n_in, n_out, results.data());
   }
   counters_.shape_func_calls += 1;
 
-  if (static_cast<int>(results.size()) != n_out) {
-    Fail(ErrorKind::kValue, "shape function of '" + entry.name + "' returned " + std::to_string(results.size()) +
-                                " shapes, the program expects " + std::to_string(n_out));
-  }
   for (int j = 0; j < n_out; ++j) {
+    ShapeVec& shape = results[static_cast<size_t>(j)];
+    // A size no tensor can have is reported here, naming the op, rather than
+    // where it is first allocated.
     int64_t numel = 1;
-    for (int64_t d : results[static_cast<size_t>(j)]) {
-      if (d < 0) {
-        Fail(ErrorKind::kValue, "shape function of '" + entry.name + "' returned a negative dimension " +
-                                    std::to_string(d) + " for output " + std::to_string(j));
-      }
-      // A size no tensor can have is reported here, naming the op, rather
-      // than where it is first allocated.
-      if (__builtin_mul_overflow(numel, d, &numel)) {
-        std::string shape;
-        for (int64_t e : results[static_cast<size_t>(j)]) shape += (shape.empty() ? "" : ", ") + std::to_string(e);
-        Fail(ErrorKind::kValue, "shape function of '" + entry.name + "' returned [" + shape + "] for output " +
-                                    std::to_string(j) + ", whose element count overflows int64");
-      }
-    }
-    // Stored in place, without a temporary Value: this runs once per dynamic op.
+    bool bad = false;
+    for (int64_t d : shape) bad |= (d < 0) | __builtin_mul_overflow(numel, d, &numel);
+    if (bad) FailShapeFuncResult(*plan.entry, j, shape);
+    // Stored in place, without a temporary Value.
     Value& dst = regs[out[j]];
-    if (dst.kind != Value::Kind::kShape) dst = Value();  // drops whatever it held
-    dst.kind = Value::Kind::kShape;
-    dst.shape.swap(results[static_cast<size_t>(j)]);  // its old vector goes with `results` at the next call
+    if (dst.kind != Value::Kind::kShape) {
+      dst = Value();  // drops whatever it held
+      dst.kind = Value::Kind::kShape;
+    }
+    dst.shape.swap(shape);  // its old vector is this output's storage at the next call
   }
 }
 
-void VirtualMachine::CallCompiledShapeFunc(size_t sf, int n_in, std::vector<ShapeVec>* results) {
+const DLTensor* VirtualMachine::HostValueOf(const TensorRef& tensor, size_t i, std::vector<TensorRef>* staged) {
+  DLTensor& value = shape_func_scratch_.values[i];
+  if (tensor->device()->is_host()) {
+    value = tensor->AsHostDLTensor();
+  } else {
+    // Only this input's bytes cross; the caller syncs once for all of them.
+    staged->push_back(StageToHost(tensor));
+    value = staged->back()->AsHostDLTensor();
+  }
+  return &value;
+}
+
+void VirtualMachine::HostValueOf(const ShapeFuncPlan& plan, const Value& v, int i) {
+  ShapeFuncScratch& scratch = shape_func_scratch_;
+  if (v.kind != Value::Kind::kShape && v.kind != Value::Kind::kInt) {
+    Fail(ErrorKind::kType, "shape function of '" + plan.entry->name + "' input " + std::to_string(i) + " is " +
+                               KindName(v.kind));
+  }
+  // Values already on the host: shapes are int64 vectors, ints scalars.
+  const bool scalar = v.kind == Value::Kind::kInt;
+  int64_t* length = &scratch.value_lengths[static_cast<size_t>(i)];  // the vector's 1-d shape
+  *length = static_cast<int64_t>(v.shape.size());
+  const int ndim = scalar ? 0 : 1;
+  DLTensor& value = scratch.values[static_cast<size_t>(i)];
+  value = DLTensor{const_cast<int64_t*>(scalar ? &v.i : v.shape.data()), DLDevice{kDLCPU, 0}, ndim,
+                   DLDataType{kDLInt, 64, 1}, length, nullptr, 0};
+  scratch.inputs[static_cast<size_t>(i)] = ShapeFuncInput{length, ndim, value.dtype, &value};
+}
+
+void VirtualMachine::CallNativeShapeFunc(const ShapeFuncPlan& plan, const Instruction& ins, int n_in,
+                                         ShapeVec* results) {
+  Device& device = *devices_[kExecutionSlot];
+  const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
+  device.BeginHostShapeWork();
+  try {
+    plan.native(shape_func_scratch_.inputs.data(), n_in,
+                ShapeFuncAttrs{ins.list(2), static_cast<int>(ins.list_size(2))}, results);
+  } catch (...) {
+    device.EndHostShapeWork();
+    throw;
+  }
+  device.EndHostShapeWork();
+  if (profiler_ != nullptr) profiler_->ShapeFunc(plan.entry->name, true, start);
+}
+
+void VirtualMachine::FailShapeFuncResult(const ShapeFuncEntry& entry, int j, const ShapeVec& shape) {
+  std::string text;
+  for (int64_t d : shape) text += (text.empty() ? "" : ", ") + std::to_string(d);
+  for (int64_t d : shape) {
+    if (d < 0) {
+      Fail(ErrorKind::kValue, "shape function of '" + entry.name + "' returned a negative dimension " +
+                                  std::to_string(d) + " for output " + std::to_string(j) + " ([" + text + "])");
+    }
+  }
+  Fail(ErrorKind::kValue, "shape function of '" + entry.name + "' returned [" + text + "] for output " +
+                              std::to_string(j) + ", whose element count overflows int64");
+}
+
+void VirtualMachine::CallCompiledShapeFunc(size_t sf, int n_in, int n_out, ShapeVec* results) {
   const ShapeFuncEntry& entry = *shape_funcs_[sf];
   ShapeFuncScratch& scratch = shape_func_scratch_;
   const ShapeFuncInput* inputs = scratch.inputs.data();
@@ -170,11 +180,14 @@ void VirtualMachine::CallCompiledShapeFunc(size_t sf, int n_in, std::vector<Shap
     compiled = &cache.back();
     if (profiler_ != nullptr) profiler_->Compile(entry.name, compile_start);
   }
+  if (compiled->out_ndims.size() != static_cast<size_t>(n_out)) {
+    Fail(ErrorKind::kValue, "shape function of '" + entry.name + "' returned " +
+                                std::to_string(compiled->out_ndims.size()) + " shapes, the program expects " +
+                                std::to_string(n_out));
+  }
   // Arguments: the inputs, then one int64 vector per output shape.
-  const size_t n_out = compiled->out_ndims.size();
-  results->resize(n_out);
   std::vector<DLTensor>& tensors = scratch.arg_tensors;
-  tensors.resize(static_cast<size_t>(n_in) + n_out);  // sized before the AnyViews point into it
+  tensors.resize(static_cast<size_t>(n_in + n_out));  // sized before the AnyViews point into it
   for (int i = 0; i < n_in; ++i) {
     const ShapeFuncInput& input = inputs[i];
     tensors[static_cast<size_t>(i)] =
@@ -182,11 +195,11 @@ void VirtualMachine::CallCompiledShapeFunc(size_t sf, int n_in, std::vector<Shap
                                : DLTensor{kNeverRead, DLDevice{kDLCPU, 0}, input.ndim, input.dtype,
                                           const_cast<int64_t*>(input.shape), nullptr, 0};
   }
-  for (size_t j = 0; j < n_out; ++j) {
-    ShapeVec& shape = (*results)[j];
-    shape.assign(static_cast<size_t>(compiled->out_ndims[j]), 0);
-    tensors[static_cast<size_t>(n_in) + j] = DLTensor{shape.data(), DLDevice{kDLCPU, 0}, 1, DLDataType{kDLInt, 64, 1},
-                                                      const_cast<int64_t*>(&compiled->out_ndims[j]), nullptr, 0};
+  for (int j = 0; j < n_out; ++j) {
+    ShapeVec& shape = results[j];
+    shape.assign(static_cast<size_t>(compiled->out_ndims[static_cast<size_t>(j)]), 0);
+    tensors[static_cast<size_t>(n_in + j)] = DLTensor{shape.data(), DLDevice{kDLCPU, 0}, 1, DLDataType{kDLInt, 64, 1},
+                                                      const_cast<int64_t*>(&compiled->out_ndims[static_cast<size_t>(j)]), nullptr, 0};
   }
   std::vector<tvm::ffi::AnyView>& args = scratch.args;
   args.clear();

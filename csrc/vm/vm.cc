@@ -49,6 +49,14 @@ VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, std::share
     shape_funcs_.push_back(ShapeFuncRegistry::Global().Lookup(op));
   }
   compiled_.resize(shape_funcs_.size());
+  for (const ShapeFuncEntryPtr& entry : shape_funcs_) {
+    const bool all = options_.dependence == Dependence::kPerOp && entry->AnyValue();
+    uint64_t bits = 0;
+    const int known = entry->arity < 0 ? 64 : std::min(entry->arity, 64);
+    for (int i = 0; i < known; ++i) bits |= static_cast<uint64_t>(all || entry->NeedsValue(i)) << i;
+    shape_func_plans_.push_back(ShapeFuncPlan{entry.get(), entry->native, bits, all});
+  }
+  guard_host_shape_work_ = devices_[kExecutionSlot]->guards_host_shape_work();
   // Arity of every shape-function call is checked once here, not per call.
   for (const FunctionDef& f : exe_->functions) {
     for (const Instruction& ins : f.decoded) {

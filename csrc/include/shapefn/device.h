@@ -41,6 +41,8 @@ class Device {
   // its memory unreadable in between so accidental host reads fault.
   virtual void BeginHostShapeWork() {}
   virtual void EndHostShapeWork() {}
+  // False when both of those do nothing (the VM then skips them).
+  virtual bool guards_host_shape_work() const { return false; }
   // Non-null for a device that one call at a time may use (sim in strict
   // mode: its memory is unreadable to every thread while one call's shape
   // functions run). VMs hold it for a whole call and the device's copies

@@ -38,10 +38,13 @@ struct ShapeFuncAttrs {
   int64_t get(int i, int64_t fallback) const { return i < size ? data[i] : fallback; }
 };
 
-// Writes one output shape per op output into `outputs` (cleared by the caller).
+// Writes the shape of op output j into outputs[j], for each of the op's
+// registered outputs. The caller owns the vectors and hands them over empty,
+// with the storage of earlier calls kept: a shape function that fills them
+// with assign/resize allocates nothing in steady state.
 // Throws shapefn::Error (kind kValue) for inputs the op rejects.
 using NativeShapeFunc = void (*)(const ShapeFuncInput* inputs, int num_inputs,
-                                 const ShapeFuncAttrs& attrs, std::vector<ShapeVec>* outputs);
+                                 const ShapeFuncAttrs& attrs, ShapeVec* outputs);
 
 // Reads element `i` of an integer (or float, truncated toward zero) host value.
 int64_t ValueAsInt64(const DLTensor& value, int64_t i);

@@ -74,9 +74,18 @@ class VirtualMachine {
   TensorRef StageToHost(const TensorRef& src);
   void ExecInvokeKernel(const Instruction& ins, std::vector<Value>& regs);
   void ExecInvokeShapeFunc(const Instruction& ins, std::vector<Value>& regs);
+  struct ShapeFuncPlan;
+  // The host view of shape-function input `i`'s value: a host tensor in
+  // place, a device tensor staged into `staged` (the caller syncs).
+  const DLTensor* HostValueOf(const TensorRef& tensor, size_t i, std::vector<TensorRef>* staged);
+  // Input `i` given as a shape or an int value (anything else is an error).
+  void HostValueOf(const ShapeFuncPlan& plan, const Value& v, int i);
+  // A native shape function run bracketed for the device and the profiler.
+  void CallNativeShapeFunc(const ShapeFuncPlan& plan, const Instruction& ins, int n_in, ShapeVec* results);
+  [[noreturn]] static void FailShapeFuncResult(const ShapeFuncEntry& entry, int output, const ShapeVec& shape);
   // Runs shape function `sf` written in Python (TVM-compiled per input
   // signature, compiled on first use) on shape_func_scratch_.inputs.
-  void CallCompiledShapeFunc(size_t sf, int n_in, std::vector<ShapeVec>* results);
+  void CallCompiledShapeFunc(size_t sf, int n_in, int n_out, ShapeVec* results);
   void ExecReadback(const Instruction& ins, std::vector<Value>& regs);
   // Every allocation and every wait on a device goes through these, so each
   // is counted (and profiled) in one place. `op` names the allocation.
@@ -90,6 +99,21 @@ class VirtualMachine {
   VMOptions options_;
   std::vector<tvm::ffi::Function> kernels_;
   std::vector<ShapeFuncEntryPtr> shape_funcs_;
+  // What a call of each shape function needs of its entry, decoded at load.
+  struct ShapeFuncPlan {
+    const ShapeFuncEntry* entry;
+    NativeShapeFunc native;
+    // Bit i: input i's value goes to the shape function (every input of a
+    // data-dependent op under Dependence::kPerOp). Inputs past 63 ask `entry`.
+    uint64_t value_bits;
+    bool all_values;  // per-op dependence: inputs past 63 too
+    bool ReadsValue(int i) const {
+      return i < 64 ? ((value_bits >> i) & 1) != 0 : (all_values || entry->NeedsValue(i));
+    }
+  };
+  std::vector<ShapeFuncPlan> shape_func_plans_;
+  // The execution device brackets host shape work (sim in strict mode).
+  bool guard_host_shape_work_ = false;
   std::vector<Value> constants_;
   Profiler* profiler_ = nullptr;  // set only for the duration of a profiled call
   Counters counters_, constant_counters_;
@@ -111,6 +135,11 @@ class VirtualMachine {
     std::vector<ShapeFuncInput> inputs;
     std::vector<DLTensor> values;          // host views of the inputs whose values are read
     std::vector<int64_t> value_lengths;    // the 1-d shape of each shape-valued input
+    void Reserve(size_t n_in) {
+      inputs.resize(n_in);
+      values.resize(n_in);
+      value_lengths.resize(n_in);
+    }
     std::vector<ShapeVec> results;
     std::vector<uint64_t> signature;
     std::vector<DLTensor> arg_tensors;     // arguments of a TVM-compiled shape function
