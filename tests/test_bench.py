@@ -12,7 +12,7 @@ from shapefn.bench import compile_time, copy_elimination, report, timing, vm_ove
 VM_KEYS = ["shapefn_static_ns_per_op", "shapefn_dynamic_ns_per_op", "relax_static_ns_per_op",
            "relax_dynamic_ns_per_op", "shapefn_mlp_static_us", "shapefn_mlp_dynamic_us", "relax_mlp_static_us",
            "relax_mlp_dynamic_us", "shapefn_call_us", "relax_call_us", "shapefn_call_numpy_us", "relax_call_numpy_us",
-           "shape_func_native_ns", "shape_func_native_reshape_ns", "shape_func_tvm_ns"]
+           "shape_func_native_ns", "shape_func_native_reshape_ns", "shape_func_tvm_ns", "machine_reference_us"]
 OPS = 20
 
 
@@ -46,6 +46,7 @@ def test_vm_overhead_keys_and_counts(results):
     for name in ("shape_func_native", "shape_func_native_reshape", "shape_func_tvm"):
         assert counts[name]["shape_func_calls"] == OPS
         assert counts[name]["kernel_calls"] == 0
+    assert set(r["paired"]) == set(vm_overhead.PAIRED_RATIOS) and all(v > 0 for v in r["paired"].values())
     assert [what for what, *_ in vm_overhead.targets(r)] == [
         "shapefn dynamic ns per op <= 100", "shapefn dynamic ns per op <= half of Relax's",
         "shapefn dynamic <= 1.1 x shapefn static (ns per op)", "native shape function ns < 50",
@@ -96,6 +97,9 @@ def test_report_writes_markdown_and_figures(results, tmp_path):
     assert json.loads((tmp_path / "out" / "results.json").read_text())["vm_overhead"]["counts"]
     for what, *_ in vm_overhead.targets(results["vm_overhead"]):
         assert what in text
+    for what, *_ in vm_overhead.paired_targets(results["vm_overhead"]):
+        assert what in text
+    assert f"{vm_overhead.machine_slowdown(results['vm_overhead']):.2f}x slower at the median" in text
 
 
 def test_cache_flush_touches_more_than_the_last_level_cache(monkeypatch):

@@ -24,10 +24,9 @@ void BroadcastShapes(const ShapeFuncInput* inputs, int num_inputs, const ShapeFu
                      ShapeVec* outputs) {
   int ndim = 0;
   for (int i = 0; i < num_inputs; ++i) ndim = std::max(ndim, inputs[i].ndim);
-  ShapeVec& out = outputs[0];
-  out.resize(static_cast<size_t>(ndim));
+  ShapeVec& out = outputs[0];  // empty, with the capacity of earlier calls
+  for (int k = 0; k < ndim; ++k) out.push_back(1);
   int64_t* o = out.data();
-  for (int k = 0; k < ndim; ++k) o[k] = 1;
   for (int i = 0; i < num_inputs; ++i) {
     const ShapeFuncInput& in = inputs[i];
     int64_t* aligned = o + (ndim - in.ndim);  // right-aligned, numpy's rule

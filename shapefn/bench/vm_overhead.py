@@ -16,7 +16,11 @@ that kernel time is negligible, measured in one process, interleaved:
 * one shape-function call from the VM, in a program of ``--ops`` of them:
   ``shape_func_native_ns`` (the built-in ``shapefn.broadcast``),
   ``shape_func_native_reshape_ns`` (``relax.reshape``, which reads a value) and
-  ``shape_func_tvm_ns`` (the same broadcast written in Python, TVM-compiled).
+  ``shape_func_tvm_ns`` (the same broadcast written in Python, TVM-compiled);
+* ``machine_reference_us``: a fixed pure-Python loop that touches neither
+  runtime. Timed interleaved with the rest, its median over its minimum says
+  how far the machine's own speed drifted during the run (on a shared host
+  it can halve for seconds at a time, taking every median with it).
 
 Figures are wall-clock medians of ``--repeat`` interleaved repetitions
 (``min``: the minimums; ``cpu``/``cpu_min``: the same in this thread's CPU
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 
 import numpy as np
 import tvm
@@ -239,7 +244,44 @@ def _add_shape_funcs(cases: _Cases, num_ops: int) -> None:
         cases.add(name, lambda f=fn: f(a, b), 1e9 / num_ops, 20)
 
 
-def measure(num_ops: int = 1000, repeat: int = 9, flush: bool = False) -> dict:
+def machine_reference() -> int:
+    """The fixed workload behind ``machine_reference_us``."""
+    total = 0
+    for i in range(20000):
+        total += i
+    return total
+
+
+# Ratios of two cases taken within each repetition (timed moments apart, so
+# at the same machine speed), then the median over repetitions.
+PAIRED_RATIOS = {
+    "shapefn_dynamic_over_static": ("shapefn_dynamic_ns_per_op", "shapefn_static_ns_per_op"),
+    "shapefn_over_relax_dynamic": ("shapefn_dynamic_ns_per_op", "relax_dynamic_ns_per_op"),
+    "shapefn_over_relax_call": ("shapefn_call_us", "relax_call_us"),
+}
+
+
+def paired_ratios(wall: dict[str, list[float]]) -> dict[str, float]:
+    return {name: statistics.median(a / b for a, b in zip(wall[num], wall[den]))
+            for name, (num, den) in PAIRED_RATIOS.items()}
+
+
+def paired_targets(r: dict) -> list[tuple[str, float, float, bool]]:
+    """The ratio targets on per-repetition ratios: robust to the machine's
+    speed drifting between repetitions."""
+    p = r["paired"]
+    checks = [("shapefn dynamic / Relax dynamic <= 0.5", p["shapefn_over_relax_dynamic"], 0.5),
+              ("shapefn dynamic / shapefn static <= 1.1", p["shapefn_dynamic_over_static"], 1.1),
+              ("shapefn call / Relax call <= 1", p["shapefn_over_relax_call"], 1.0)]
+    return [(what, value, limit, value <= limit) for what, value, limit in checks]
+
+
+def machine_slowdown(r: dict) -> float:
+    """How much slower the machine ran at the median than at its best."""
+    return r["machine_reference_us"] / r["min"]["machine_reference_us"]
+
+
+def measure(num_ops: int = 1000, repeat: int = 15, flush: bool = False) -> dict:
     """Builds every case, checks each runtime's result against numpy, and
     times them interleaved."""
     rng = np.random.default_rng(0)
@@ -249,6 +291,7 @@ def measure(num_ops: int = 1000, repeat: int = 9, flush: bool = False) -> dict:
     _add_mlps(cases, rng.standard_normal((1, MLP_LAYERS[0])).astype(np.float32))
     _add_calls(cases, x_small)
     _add_shape_funcs(cases, num_ops)
+    cases.add("machine_reference_us", machine_reference, 1e6, 5)
 
     for fn in cases.fns.values():  # warm-up: pools filled, code paged in
         fn()
@@ -256,6 +299,7 @@ def measure(num_ops: int = 1000, repeat: int = 9, flush: bool = False) -> dict:
     result, minimum = timing.summarize(warm["wall"], cases.scale)
     result["min"] = minimum
     result["cpu"], result["cpu_min"] = timing.summarize(warm["cpu"], cases.scale)
+    result["paired"] = paired_ratios(warm["wall"])
     if flush:
         cold = timing.interleaved(cases.fns, repeat=repeat, flush=True)
         result["cold"], result["cold_min"] = timing.summarize(cold["wall"], cases.scale)
@@ -286,7 +330,7 @@ def main(argv=None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--ops", type=int, default=1000, help="ops in the chain and shape-function programs")
-    parser.add_argument("--repeat", type=int, default=9, help="interleaved repetitions")
+    parser.add_argument("--repeat", type=int, default=15, help="interleaved repetitions")
     timing.add_cache_flush_argument(parser)
     args = parser.parse_args(argv)
     results = measure(args.ops, args.repeat, args.cache_flush)
@@ -307,10 +351,14 @@ def format_table(r: dict) -> str:
         s, x = "shapefn_" + key, "relax_" + key
         lines.append(f"{label:40}{r[s]:>10.3g}{r[x]:>10.3g}   ({r['min'][s]:.3g} / {r['min'][x]:.3g}; "
                      f"{r['cpu'][s]:.3g} / {r['cpu'][x]:.3g})")
-    for key in ("shape_func_native_ns", "shape_func_native_reshape_ns", "shape_func_tvm_ns"):
+    for key in ("shape_func_native_ns", "shape_func_native_reshape_ns", "shape_func_tvm_ns", "machine_reference_us"):
         lines.append(f"{key:40}{r[key]:>10.3g}   ({r['min'][key]:.3g}; {r['cpu'][key]:.3g})")
-    for section, label in ((r, "wall"), (r["cpu"], "cpu")):
+    lines.append(f"the machine ran {machine_slowdown(r):.2f}x slower at the median than at its best "
+                 "(machine_reference_us, median / min)")
+    for section, label in ((r, "wall median"), (r["min"], "wall min"), (r["cpu"], "cpu median")):
         for what, value, limit, met in targets(section):
-            lines.append(f"target ({label} median): {what}: {value:.3g} vs {limit:.3g} -> "
-                         f"{'met' if met else 'MISSED'}")
+            lines.append(f"target ({label}): {what}: {value:.3g} vs {limit:.3g} -> {'met' if met else 'MISSED'}")
+    for what, value, limit, met in paired_targets(r):
+        lines.append(f"target (per-repetition ratio, median): {what}: {value:.3g} vs {limit:.3g} -> "
+                     f"{'met' if met else 'MISSED'}")
     return "\n".join(lines)
