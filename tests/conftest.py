@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import tvm
 
 import shapefn
 from shapefn import kernels
@@ -98,3 +99,25 @@ class SliceNonzeroModel:
 @pytest.fixture(scope="session")
 def slice_nonzero_model():
     return SliceNonzeroModel()
+
+
+@pytest.fixture(scope="session")
+def first_rows_op():
+    """A user kernel registered with tvm-ffi ("test.first_rows": the first k
+    rows of data, doubled) and its TE shape function, mask [False, True]."""
+    import tvm_ffi
+    from tvm import te
+
+    n, m, k = (te.var(v, "int64") for v in "nmk")
+    data = te.placeholder((n, m), "float32", name="data")
+    count = te.placeholder((1,), "int64", name="k")
+    out = te.compute((k, m), lambda i, j: data[i, j] * 2, name="out")
+    lib = tvm.compile(te.create_prim_func([data, count, out]).with_attr("global_symbol", "first_rows"),
+                      target="llvm")
+    tvm_ffi.register_global_func("test.first_rows", lib["first_rows"], override=True)
+
+    @shapefn.register_shape_func("test.first_rows", [False, True], override=True)
+    def first_rows_shape(data, k):
+        return [k[0], data.shape[1]]
+
+    return lib

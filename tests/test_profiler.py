@@ -7,7 +7,6 @@ import re
 import numpy as np
 import pytest
 import tvm
-from tvm import te
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
@@ -16,24 +15,10 @@ from shapefn import Label, Param, ProgramBuilder
 
 
 @pytest.fixture(scope="module")
-def model():
+def model(first_rows_op):
     """A small dynamic model compiled for sim: a device-computed slice bound
     (read back for a native shape function), a nonzero (its count read back),
     and a user op whose shape function is Python (compiled with TVM) taking the first k rows, doubled."""
-    import tvm_ffi
-
-    n, m, k = (te.var(v, "int64") for v in "nmk")
-    data = te.placeholder((n, m), "float32", name="data")
-    count = te.placeholder((1,), "int64", name="k")
-    out = te.compute((k, m), lambda i, j: data[i, j] * 2, name="out")
-    lib = tvm.compile(te.create_prim_func([data, count, out]).with_attr("global_symbol", "first_rows"),
-                      target="llvm")
-    tvm_ffi.register_global_func("test.profiler.first_rows", lib["first_rows"], override=True)
-
-    @shapefn.register_shape_func("test.profiler.first_rows", [False, True], override=True)
-    def first_rows_shape(data, k):
-        return [k[0], data.shape[1]]
-
     @tvm.script.ir_module
     class Model:
         @R.function
@@ -46,13 +31,13 @@ def model():
             end = R.shape_to_tensor(R.shape_of(x))
             s = R.dynamic_strided_slice(y, begin, end, R.ones(R.shape([2]), "int64"))
             nz = R.nonzero(s)
-            shape = R.call_pure_packed("shapefn.shape_func", R.str("test.profiler.first_rows"), R.shape([]),
+            shape = R.call_pure_packed("shapefn.shape_func", R.str("test.first_rows"), R.shape([]),
                                        y, k, ty_args=R.Shape(ndim=2))
             _ = R.match_cast(shape, R.Shape([rows, cols]))
-            first = R.call_dps_packed("test.profiler.first_rows", (y, k), out_ty=R.Tensor((rows, cols), "float32"))
+            first = R.call_dps_packed("test.first_rows", (y, k), out_ty=R.Tensor((rows, cols), "float32"))
             return (s, nz, first)
 
-    return shapefn.compile(Model, "sim"), lib
+    return shapefn.compile(Model, "sim"), first_rows_op
 
 
 def model_args(seed=0):
@@ -96,7 +81,7 @@ def test_each_kernel_and_shape_function_counted_as_often_as_it_ran(model):
     assert sum(rows_of(report, "kernel").values()) == report.counters["kernel_calls"]
     shape_funcs = {r["name"]: r["detail"] for r in report.rows if r["kind"] == "shape_func"}
     assert shape_funcs == {"relax.dynamic_strided_slice": "native", "relax.nonzero": "native",
-                           "test.profiler.first_rows": "tvm"}
+                           "test.first_rows": "tvm"}
     assert sum(r["count"] for r in report.rows if r["kind"] == "shape_func") == report.counters["shape_func_calls"]
 
 
