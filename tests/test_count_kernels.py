@@ -153,7 +153,7 @@ def ort_nms(boxes, scores, max_out, iou, score_threshold, center_point_box):
 
 
 @pytest.mark.parametrize("name, center_point_box", [("corners", 0), ("centers", 1)])
-@pytest.mark.parametrize("batches, classes, boxes", [(1, 1, 6), (2, 3, 25), (1, 2, 1)])
+@pytest.mark.parametrize("batches, classes, boxes", [(1, 1, 6), (2, 3, 25), (1, 2, 1), (1, 2, 700)])
 def test_nms_matches_onnxruntime(nms_lib, rng, name, center_point_box, batches, classes, boxes):
     box_data = random_boxes(rng, batches, boxes, center_point_box)
     # Scores on a coarse grid so that ties (broken by box index) occur.

@@ -57,12 +57,14 @@ def topk_lib():
     ("smallest_first", (9, 2, 3), 0, 0),
     ("smallest_first", (4, 1, 1), 0, 0),
     ("largest_int", (2, 6, 3), 1, 1),
+    ("largest_last", (2, 1000), 1, 1),  # deep heaps: many replacements of the root
+    ("smallest_first", (513, 2, 2), 0, 0),
 ])
 def test_topk_matches_onnxruntime_with_ties(topk_lib, rng, name, shape, axis, largest):
     dtype = "int32" if name == "largest_int" else "float32"
     data = rng.integers(-3, 4, shape).astype(dtype)  # few distinct values: many ties
     n = shape[axis]
-    for k in sorted({0, 1, n // 2, n}):
+    for k in sorted({0, 1, 2, n // 3, n // 2, n - 1, n}):
         out_shape = list(shape)
         out_shape[axis] = k
         _, values, indices = call(topk_lib[name], data, np.zeros(out_shape, dtype),

@@ -15,7 +15,8 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from shapefn.compiler.dyn_kernels import _arg, _flat_view, _i64, _local, _loops, _sizes
+from shapefn.compiler import heap
+from shapefn.compiler.tir_builder import _arg, _flat_view, _i64, _local, _loops, _sizes
 
 
 # --------------------------------------------------------------------------- nonzero
@@ -126,33 +127,43 @@ def unique(dtype: str = "float32", ndim: int = 1) -> tirx.PrimFunc:
 
 
 # --------------------------------------------------------------------------- NMS
-def _suppresses(a, b, iou_threshold, center_point_box: int):
-    """onnxruntime's ``SuppressByIOU`` for boxes ``a`` and ``b`` (4 loads each),
-    with the same float32 operations so that decisions match bit for bit.
-    Emits the intermediate values as bindings; returns the condition."""
-    a, b = [T.bind(x) for x in a], [T.bind(x) for x in b]
+def _extents(box, center_point_box: int):
+    """``(x0, x1, y0, y1, area)`` of a box (4 loads), with onnxruntime's
+    float32 operations (``SuppressByIOU``) so that decisions match bit for bit."""
+    box = [T.bind(x) for x in box]
     if center_point_box:  # [x_center, y_center, width, height]
-        def extent(box, c, size):
+        def extent(c, size):
             half = T.bind(box[size] / tirx.const(2.0, "float32"))
             return T.bind(box[c] - half), T.bind(box[c] + half)
 
-        (ax0, ax1), (bx0, bx1) = extent(a, 0, 2), extent(b, 0, 2)
-        (ay0, ay1), (by0, by1) = extent(a, 1, 3), extent(b, 1, 3)
+        (x0, x1), (y0, y1) = extent(0, 2), extent(1, 3)
     else:  # [y1, x1, y2, x2], corners in either order
-        def extent(box, lo, hi):
+        def extent(lo, hi):
             return T.bind(tirx.min(box[lo], box[hi])), T.bind(tirx.max(box[lo], box[hi]))
 
-        (ax0, ax1), (bx0, bx1) = extent(a, 1, 3), extent(b, 1, 3)
-        (ay0, ay1), (by0, by1) = extent(a, 0, 2), extent(b, 0, 2)
-    ix0, ix1 = T.bind(tirx.max(ax0, bx0)), T.bind(tirx.min(ax1, bx1))
-    iy0, iy1 = T.bind(tirx.max(ay0, by0)), T.bind(tirx.min(ay1, by1))
-    inter = T.bind((ix1 - ix0) * (iy1 - iy0))
-    area_a = T.bind((ax1 - ax0) * (ay1 - ay0))
-    area_b = T.bind((bx1 - bx0) * (by1 - by0))
-    union = T.bind(area_a + area_b - inter)
+        (x0, x1), (y0, y1) = extent(1, 3), extent(0, 2)
+    return x0, x1, y0, y1, T.bind((x1 - x0) * (y1 - y0))
+
+
+def _suppress_if_overlapping(a, b, iou_threshold, suppressed) -> None:
+    """Sets ``suppressed[0]`` when the IoU of extents ``a`` (a kept box) and
+    ``b`` is above the threshold. Tests run in turn, most pairs failing the
+    first: TIR's ``And`` would evaluate every side."""
+    ax0, ax1, ay0, ay1, area_a = a
+    bx0, bx1, by0, by1, area_b = b
     fzero = tirx.const(0.0, "float32")
-    return tirx.all(ix1 > ix0, iy1 > iy0, inter > fzero, area_a > fzero, area_b > fzero,
-                    union > fzero, inter / union > iou_threshold)
+    ix0, ix1 = tirx.max(ax0, bx0), tirx.min(ax1, bx1)
+    with T.If(ix1 > ix0):
+        with T.Then():
+            iy0, iy1 = T.bind(tirx.max(ay0, by0)), T.bind(tirx.min(ay1, by1))
+            with T.If(iy1 > iy0):
+                with T.Then():
+                    inter = T.bind((ix1 - ix0) * (iy1 - iy0))
+                    union = T.bind(area_a + area_b - inter)
+                    with T.If(tirx.all(inter > fzero, area_a > fzero, area_b > fzero, union > fzero,
+                                       inter / union > iou_threshold)):
+                        with T.Then():
+                            suppressed[0] = tirx.const(True)
 
 
 def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
@@ -165,10 +176,11 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
     (ties: lower box index), as onnxruntime orders them; count int64 ``[1]``.
     A box is a candidate when its score is strictly above the threshold and
     is suppressed when its IoU with a kept box is strictly above
-    ``iou_threshold``. Candidates are visited in score order without sorting:
-    each step scans the class for the best one ranked after the previous
-    candidate, O(N) per step and O(N^2 + N * kept) per class, no scratch.
-    Selection stops when ``upper`` rows are written.
+    ``iou_threshold``. Per class, the candidates' indices are gathered into an
+    N-long scratch buffer and heap-sorted by score, then visited in order,
+    each compared with the boxes kept so far (their extents kept contiguous)
+    until one suppresses it:
+    O(N log N + N * kept). Selection stops when ``upper`` rows are written.
     """
     b_, n_, c_ = _sizes("d", 3)  # batches, boxes, classes
     upper = tirx.Var("upper", "int64")
@@ -181,48 +193,52 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
         score_thr = _arg("score_threshold", [1], "float32")
         selected = _arg("selected", [upper, 3], "int64")
         count = _arg("count", [1], "int64")
+        # (At least one element: a zero-byte workspace request may come back null.)
+        order = T.buffer_proxy(T.alloc_buffer((tirx.max(n_, _i64(1)),), "int64", scope="global"))
+        # The extents of the boxes a class keeps, in order: read by every candidate.
+        kept_extents = T.buffer_proxy(T.alloc_buffer((tirx.max(n_, _i64(1)), 5), "float32", scope="global"))
         limit, iou_threshold, threshold = max_out[0], iou_thr[0], score_thr[0]
         total = _local("int64", 0)
         with _loops([b_, c_]) as (b, c):
+            candidates = _local("int64", 0)
+            with T.serial(0, n_) as i:
+                with T.If(scores[b, c, i] > threshold):
+                    with T.Then():
+                        order[candidates[0]] = i
+                        candidates[0] = candidates[0] + 1
+
+            def before(p, q):
+                """Candidate at position p is visited before the one at q."""
+                sp, sq = scores[b, c, order[p]], scores[b, c, order[q]]
+                return tirx.Or(sp > sq, tirx.And(sp == sq, order[p] < order[q]))
+
+            def swap(p, q):
+                held = T.bind(order[p])
+                order[p] = order[q]
+                order[q] = held
+
+            heap.heap_sort(before, swap, candidates[0])
             first_row = _local("int64", total[0])
             kept = _local("int64", 0)
-            prev_s = _local("float32", tirx.const(0.0, "float32"))
-            prev_i = _local("int64", -1)
-            more = _local("bool", tirx.const(True))
-            with T.While(tirx.all(more[0], kept[0] < limit, total[0] < upper)):
-                best_s = _local("float32", tirx.const(0.0, "float32"))
-                best_i = _local("int64", -1)
-                with T.serial(0, n_) as i:
-                    s = scores[b, c, i]
-                    after_prev = tirx.Or(prev_i[0] < 0, tirx.Or(
-                        s < prev_s[0], tirx.And(s == prev_s[0], i > prev_i[0])))
-                    # Scanning upwards, a strict > keeps the lower index on ties.
-                    better = tirx.Or(best_i[0] < 0, s > best_s[0])
-                    with T.If(tirx.all(s > threshold, after_prev, better)):
-                        with T.Then():
-                            best_s[0] = s
-                            best_i[0] = i
-                with T.If(best_i[0] < 0):
+            next_candidate = _local("int64", 0)
+            with T.While(tirx.all(next_candidate[0] < candidates[0], kept[0] < limit, total[0] < upper)):
+                box = T.bind(order[next_candidate[0]])
+                next_candidate[0] = next_candidate[0] + 1
+                extents = _extents([boxes[b, box, q] for q in range(4)], center_point_box)
+                suppressed = _local("bool", tirx.const(False))
+                t = _local("int64", 0)
+                with T.While(tirx.And(tirx.Not(suppressed[0]), t[0] < kept[0])):
+                    _suppress_if_overlapping([kept_extents[t[0], q] for q in range(5)], extents,
+                                             iou_threshold, suppressed)
+                    t[0] = t[0] + 1
+                with T.If(tirx.Not(suppressed[0])):
                     with T.Then():
-                        more[0] = tirx.const(False)
-                    with T.Else():
-                        prev_s[0] = best_s[0]
-                        prev_i[0] = best_i[0]
-                        keep = _local("bool", tirx.const(True))
-                        with T.serial(0, kept[0]) as t:
-                            other = selected[first_row[0] + t, 2]
-                            with T.If(_suppresses(
-                                    [boxes[b, other, q] for q in range(4)],
-                                    [boxes[b, best_i[0], q] for q in range(4)],
-                                    iou_threshold, center_point_box)):
-                                with T.Then():
-                                    keep[0] = tirx.const(False)
-                        with T.If(keep[0]):
-                            with T.Then():
-                                selected[total[0], 0] = b
-                                selected[total[0], 1] = c
-                                selected[total[0], 2] = best_i[0]
-                                total[0] = total[0] + 1
-                                kept[0] = kept[0] + 1
+                        selected[total[0], 0] = b
+                        selected[total[0], 1] = c
+                        selected[total[0], 2] = box
+                        for q in range(5):
+                            kept_extents[kept[0], q] = extents[q]
+                        total[0] = total[0] + 1
+                        kept[0] = kept[0] + 1
         count[0] = total[0]
     return ib.get()

@@ -14,45 +14,14 @@ calls, so a GPU schedule can be added later). The count-sized kernels
 """
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from tvm import ir, relax, sym, te, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-
-def _sizes(prefix: str, ndim: int) -> list[tirx.Var]:
-    return [te.var(f"{prefix}{i}", "int64") for i in range(ndim)]
-
-
-def _arg(name: str, shape: Sequence, dtype: str):
-    """Declares a buffer parameter of the PrimFunc being built; returns a
-    proxy that reads and writes it with ``buf[i, j]``."""
-    return T.buffer_proxy(T.arg(name, tirx.decl_buffer(list(shape), dtype, name=name)))
-
-
-def _local(dtype: str, init):
-    """A one-element thread-local scalar, initialised to ``init``."""
-    buf = T.buffer_proxy(T.alloc_buffer((1,), dtype, scope="local"))
-    buf[0] = tirx.const(init, dtype) if isinstance(init, int | float) else init
-    return buf
-
-
-def _flat_view(buf, size, dtype: str):
-    """A 1-D alias of ``buf``'s storage (row-major), ``size`` elements long."""
-    return T.buffer_proxy(T.decl_buffer((size,), dtype, data=buf.data))
-
-
-@contextlib.contextmanager
-def _loops(extents: Sequence, kind=T.serial) -> Iterator[list]:
-    """Nested loops over ``extents`` (outermost first); yields the loop vars."""
-    with contextlib.ExitStack() as stack:
-        yield [stack.enter_context(kind(0, e)) for e in extents]
-
-
-def _i64(value: int):
-    return tirx.const(value, "int64")
+from shapefn.compiler import heap
+from shapefn.compiler.tir_builder import _arg, _i64, _local, _loops, _sizes
 
 
 # --------------------------------------------------------------------------- topk
@@ -62,9 +31,9 @@ def topk(ndim: int, axis: int, dtype: str = "float32", largest: bool = True,
 
     Values are sorted descending (``largest``) or ascending, ties broken by
     the lower index, as onnxruntime does; ``is_sorted=False`` returns the same
-    (sorted) order, which ONNX allows. Each output slot ``j`` is found by one
-    scan of the row for the best element ranked after slot ``j - 1``:
-    O(n * k) per row, no scratch memory. NaNs are not ordered.
+    (sorted) order, which ONNX allows. Each output row is a heap of the k
+    best elements seen so far while the row is scanned, then sorted in place:
+    O(n log k) per row, no scratch memory. NaNs are not ordered.
     """
     del is_sorted  # a sorted result satisfies both settings
     axis = axis % ndim
@@ -74,7 +43,7 @@ def topk(ndim: int, axis: int, dtype: str = "float32", largest: bool = True,
     n, k = in_shape[axis], out_shape[axis]
     rows = [d for a, d in enumerate(in_shape) if a != axis]
 
-    def before(av, ai, bv, bi):
+    def comes_before(av, ai, bv, bi):
         """Whether (av, ai) comes before (bv, bi) in the output order."""
         wins = av > bv if largest else av < bv
         return tirx.Or(wins, tirx.And(av == bv, ai < bi))
@@ -88,23 +57,35 @@ def topk(ndim: int, axis: int, dtype: str = "float32", largest: bool = True,
             def at(i):
                 return tuple(row[:axis]) + (i,) + tuple(row[axis:])
 
-            prev_v = _local(dtype, tirx.const(0, dtype))
-            prev_i = _local("int64", -1)
-            with T.serial(0, k) as j:
-                best_v = _local(dtype, tirx.const(0, dtype))
-                best_i = _local("int64", -1)
-                with T.serial(0, n) as i:
-                    v = data[at(i)]
-                    ranked_after_prev = tirx.Or(prev_i[0] < 0, before(prev_v[0], prev_i[0], v, i))
-                    better = tirx.Or(best_i[0] < 0, before(v, i, best_v[0], best_i[0]))
-                    with T.If(tirx.And(ranked_after_prev, better)):
-                        with T.Then():
-                            best_v[0] = v
-                            best_i[0] = i
-                values[at(j)] = best_v[0]
-                indices[at(j)] = best_i[0]
-                prev_v[0] = best_v[0]
-                prev_i[0] = best_i[0]
+            def before(a, b):
+                return comes_before(values[at(a)], indices[at(a)], values[at(b)], indices[at(b)])
+
+            def swap(a, b):
+                v = T.bind(values[at(a)])
+                i = T.bind(indices[at(a)])
+                values[at(a)] = values[at(b)]
+                indices[at(a)] = indices[at(b)]
+                values[at(b)] = v
+                indices[at(b)] = i
+
+            with T.If(k > 0):
+                with T.Then():
+                    with T.serial(0, n) as i:
+                        v = data[at(i)]
+                        with T.If(i < k):
+                            with T.Then():
+                                values[at(i)] = v
+                                indices[at(i)] = i
+                                heap.sift_up(before, swap, i)
+                            with T.Else():
+                                # The root is the worst of the k kept: replaced by a better one.
+                                zero = _i64(0)
+                                with T.If(comes_before(v, i, values[at(zero)], indices[at(zero)])):
+                                    with T.Then():
+                                        values[at(zero)] = v
+                                        indices[at(zero)] = i
+                                        heap.sift_down(before, swap, zero, k)
+                    heap.sort_heap(before, swap, k)
     return ib.get()
 
 
