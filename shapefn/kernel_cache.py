@@ -38,6 +38,7 @@ import tvm_ffi
 from tvm.support import cc
 
 from . import config
+from .compiler import cpu_schedule
 
 _DIGEST_BYTES = hashlib.sha256().digest_size
 _SYMBOL_PREFIX = "shapefn_kernel_"
@@ -73,7 +74,8 @@ def kernel_key(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> str:
     """What a kernel's compiled code depends on: TVM's version, the target,
     the pass options in effect and the PrimFunc's structure (not its name)."""
     shash = tvm_ffi.structural_hash(func.without_attr("global_symbol"))
-    text = "\0".join([tvm.__version__, str(target), _pass_options(), f"{shash:016x}"])
+    schedule = cpu_schedule.VERSION if target.kind.name == "llvm" else ""
+    text = "\0".join([tvm.__version__, str(target), _pass_options(), schedule, f"{shash:016x}"])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -156,6 +158,7 @@ def _objects(funcs: dict, target, directory: Path) -> dict[str, bytes]:
 
 
 def _compile(func: tvm.tirx.PrimFunc, symbol: str, target) -> bytes:
+    func = cpu_schedule.schedule(func)  # (objects are compiled for CPU targets only)
     module = tvm.tirx.build(tvm.IRModule({symbol: func.with_attr("global_symbol", symbol)}), target)
     with tempfile.TemporaryDirectory(prefix="shapefn-kernel-") as workspace:
         path = os.path.join(workspace, "kernel.o")
