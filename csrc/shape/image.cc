@@ -25,7 +25,9 @@ void Resize2dShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFunc
   RequireInputs(num_inputs, 2, kResize2d);
   const ShapeFuncInput& data = inputs[0];
   RequireRank(data, 4, kResize2d, "data");
-  const ShapeVec size = ReadIntVector(inputs[1], kResize2d, "size");
+  // Per-thread scratch, kept from call to call: a steady-state call allocates nothing.
+  thread_local ShapeVec size;
+  ReadIntVector(inputs[1], kResize2d, "size", &size);
   if (size.size() != 2) {
     FailOp(kResize2d, "size must have 2 entries (height, width), got " +
                           std::to_string(size.size()));

@@ -93,7 +93,9 @@ void BroadcastToShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeF
   RequireInputs(num_inputs, 2, kBroadcastTo);
   const ShapeFuncInput& data = inputs[0];
   const bool bidirectional = attrs.get(0, 0) != 0;
-  const ShapeVec target = ReadIntVector(inputs[1], kBroadcastTo, "shape");
+  // Per-thread scratch, kept from call to call: a steady-state call allocates nothing.
+  thread_local ShapeVec target;
+  ReadIntVector(inputs[1], kBroadcastTo, "shape", &target);
   RequireNonNegativeDims(target, kBroadcastTo, "shape");
 
   const int target_ndim = static_cast<int>(target.size());
@@ -171,7 +173,9 @@ void TileShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttr
                ShapeVec* outputs) {
   RequireInputs(num_inputs, 2, kTile);
   const ShapeFuncInput& data = inputs[0];
-  const ShapeVec reps = ReadIntVector(inputs[1], kTile, "repeats", /*allow_scalar=*/true);
+  // Per-thread scratch, kept from call to call: a steady-state call allocates nothing.
+  thread_local ShapeVec reps;
+  ReadIntVector(inputs[1], kTile, "repeats", &reps, /*allow_scalar=*/true);
   RequireNonNegativeDims(reps, kTile, "repeats");
 
   const int reps_ndim = static_cast<int>(reps.size());

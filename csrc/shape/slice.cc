@@ -45,9 +45,11 @@ void StridedSliceShape(const ShapeFuncInput* inputs, int num_inputs, const Shape
                        ShapeVec* outputs) {
   RequireInputs(num_inputs, 4, kOp);
   const ShapeFuncInput& data = inputs[0];
-  ShapeVec begin = ReadIntVector(inputs[1], kOp, "begin");
-  ShapeVec end = ReadIntVector(inputs[2], kOp, "end");
-  ShapeVec strides = ReadIntVector(inputs[3], kOp, "strides");
+  // Per-thread scratch, kept from call to call: a steady-state call allocates nothing.
+  thread_local ShapeVec begin, end, strides;
+  ReadIntVector(inputs[1], kOp, "begin", &begin);
+  ReadIntVector(inputs[2], kOp, "end", &end);
+  ReadIntVector(inputs[3], kOp, "strides", &strides);
   if (end.size() != begin.size() || strides.size() != begin.size()) {
     FailOp(kOp, "begin, end and strides must have equal lengths, got " +
                     std::to_string(begin.size()) + ", " + std::to_string(end.size()) + " and " +
