@@ -44,7 +44,7 @@ void VirtualMachine::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Val
       inputs[i] = ShapeFuncInput{t.shape.data(), static_cast<int>(t.shape.size()), t.dtype, nullptr};
       if (plan.ReadsValue(i)) inputs[i].value = HostValueOf(v.tensor, static_cast<size_t>(i), &staged);
     } else {
-      HostValueOf(plan, v, i);
+      ShapeOrIntInput(plan, v, i);
     }
   }
   if (!staged.empty()) SyncWith(*devices_[kExecutionSlot]);
@@ -94,7 +94,7 @@ const DLTensor* VirtualMachine::HostValueOf(const TensorRef& tensor, size_t i, s
   return &value;
 }
 
-void VirtualMachine::HostValueOf(const ShapeFuncPlan& plan, const Value& v, int i) {
+void VirtualMachine::ShapeOrIntInput(const ShapeFuncPlan& plan, const Value& v, int i) {
   ShapeFuncScratch& scratch = shape_func_scratch_;
   if (v.kind != Value::Kind::kShape && v.kind != Value::Kind::kInt) {
     Fail(ErrorKind::kType, "shape function of '" + plan.entry->name + "' input " + std::to_string(i) + " is " +

@@ -79,7 +79,7 @@ class VirtualMachine {
   // place, a device tensor staged into `staged` (the caller syncs).
   const DLTensor* HostValueOf(const TensorRef& tensor, size_t i, std::vector<TensorRef>* staged);
   // Input `i` given as a shape or an int value (anything else is an error).
-  void HostValueOf(const ShapeFuncPlan& plan, const Value& v, int i);
+  void ShapeOrIntInput(const ShapeFuncPlan& plan, const Value& v, int i);
   // A native shape function run bracketed for the device and the profiler.
   void CallNativeShapeFunc(const ShapeFuncPlan& plan, const Instruction& ins, int n_in, ShapeVec* results);
   [[noreturn]] static void FailShapeFuncResult(const ShapeFuncEntry& entry, int output, const ShapeVec& shape);
