@@ -1,53 +1,67 @@
-"""A schedule for CPU kernels that multiply matrices.
+"""A schedule for CPU kernels that reduce: matmuls and convolutions.
 
 Legalized, ``matmul`` is one block over (rows, columns, k) with k innermost:
 each output element walks a column of the weight, a stride of a whole row
 per step, and the kernel runs at well under a GFLOP/s (Faster R-CNN's box
-head: 18 s of its 20 s). Here such a block becomes: rows in tiles of
-``_ROWS``, parallel over tiles; columns in vectors of up to 64 lanes,
-innermost; k between them. Each output element still sums its products in
-k order, so results are bit for bit those of the unscheduled kernel.
+head: 18 s of its 20 s). Here the one reduction block of a kernel (other
+blocks, such as a convolution's padding or a fused epilogue, are left as
+they are) becomes: the last-but-one spatial loop in tiles of ``_ROWS``,
+parallel over tiles; the last spatial loop innermost, in vectors of up to 64
+lanes when its extent is static and divisible by 4 (left to LLVM otherwise);
+the reduction loops between them, in their order. Each output element still
+sums its products in the same order, so results are bit for bit those of the
+unscheduled kernel.
 
-Only a PrimFunc with exactly one block, whose iterators are spatial then
-one reduction (``S...SR``) over a static column extent, is scheduled; every
-other kernel is returned unchanged.
+Only a block whose iterators are spatial then reduction (``S..SR..R``, at
+least two spatial) with at least ``_MIN_REDUCTION`` products per output (or
+a reduction of runtime extent) is scheduled: a depthwise convolution's 9 per
+output ran slower in tiles. Every other kernel is returned unchanged.
 """
 from __future__ import annotations
+
+import math
 
 from tvm import s_tir, tirx
 
 # Part of every CPU kernel's cache key: a change here recompiles them.
-VERSION = "matmul-1"
+VERSION = "reduction-2"
 _ROWS = 4
-_LANES = (64, 32, 16, 8)
+_LANES = (64, 32, 16, 8, 4)
+_MIN_REDUCTION = 32
 
 
 def schedule(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """``func`` scheduled for the CPU, or ``func`` itself if no rule applies."""
     sch = s_tir.Schedule(func)
     blocks = sch.get_child_blocks(sch.get_sblock("root")) if _has_root(func) else []
-    if len(blocks) != 1:
-        return func
-    block = blocks[0]
-    iter_vars = sch.get(block).iter_vars
-    kinds = [iv.iter_type for iv in iter_vars]
     spatial, reduce = tirx.IterVar.DataPar, tirx.IterVar.CommReduce
-    if len(kinds) < 3 or kinds[-1] != reduce or any(k != spatial for k in kinds[:-1]):
+    reductions = [b for b in blocks if any(iv.iter_type == reduce for iv in sch.get(b).iter_vars)]
+    if len(reductions) != 1:
+        return func
+    block = reductions[0]
+    kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
+    n_spatial = kinds.index(reduce)
+    if n_spatial < 2 or any(k != spatial for k in kinds[:n_spatial]) or any(k != reduce for k in kinds[n_spatial:]):
         return func
     loops = sch.get_loops(block)
     if len(loops) != len(kinds):
         return func
-    columns = sch.get(loops[-2]).extent
+    extents = [sch.get(loop).extent for loop in loops[n_spatial:]]
+    if all(isinstance(e, tirx.IntImm) for e in extents) and math.prod(e.value for e in extents) < _MIN_REDUCTION:
+        return func  # a depthwise convolution: too little work per output for tiles to pay
+    columns = sch.get(loops[n_spatial - 1]).extent
     lanes = next((v for v in _LANES if isinstance(columns, tirx.IntImm) and columns.value % v == 0), None)
-    if lanes is None:
-        return func
-    *outer, rows, cols, k = loops
+    *outer, rows, cols = loops[:n_spatial]
+    ks = loops[n_spatial:]
     row_tile, row = sch.split(rows, [None, _ROWS])
-    col_tile, col = sch.split(cols, [None, lanes])
-    sch.reorder(*outer, row_tile, col_tile, k, row, col)
-    sch.vectorize(col)
+    if lanes is not None:
+        col_tile, col = sch.split(cols, [None, lanes])
+        sch.reorder(*outer, row_tile, col_tile, *ks, row, col)
+        sch.vectorize(col)
+    else:  # a size known only at run time: the loop order alone (LLVM may still vectorize)
+        sch.reorder(*outer, row_tile, *ks, row, cols)
     sch.parallel(sch.fuse(*outer, row_tile) if outer else row_tile)
-    sch.decompose_reduction(block, k)  # (last: a vectorized loop over a split-off init is refused)
+    sch.decompose_reduction(block, ks[0])  # (last: a vectorized loop over a split-off init is refused)
     return sch.mod["main"]
 
 
