@@ -37,6 +37,7 @@ def test_matmul_is_scheduled_and_bitwise_unchanged(rng, batch, rows, depth, cols
     func = legalized(relax.op.matmul, [x, w])
     scheduled = cpu_schedule.schedule(func)
     assert has_parallel_loop(scheduled) and not has_parallel_loop(func)
+    assert cpu_schedule.schedule(scheduled).same_as(scheduled)  # a scheduled kernel is left as it is
     a = rng.standard_normal((*batch, rows, depth)).astype(np.float32)
     b = rng.standard_normal((*batch, depth, cols)).astype(np.float32)
     outs = []
