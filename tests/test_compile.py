@@ -250,3 +250,21 @@ def test_arguments_may_be_tvm_tensors_and_results_export_through_dlpack(sim):
     want = relax_reference(SliceFromDeviceBounds)(x, off)
     np.testing.assert_array_equal(np.from_dlpack(got), want)
     np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_compile_pauses_the_garbage_collector_and_restores_it():
+    import gc
+
+    from shapefn.compiler.compile import gc_paused
+
+    seen = []
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            with pytest.raises(ZeroDivisionError), gc_paused():
+                seen.append(gc.isenabled())
+                1 / 0  # noqa: B018 - an error inside must restore the state too
+            assert gc.isenabled() == enabled
+        finally:
+            gc.enable()
+    assert seen == [False, False]

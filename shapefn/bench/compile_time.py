@@ -114,6 +114,11 @@ def compile_phases(mod: tvm.IRModule, device: str = "sim", count_calls: bool = F
     order (shapefn/compiler/compile.py), so that kernel generation can be
     told apart from the compiler's own work. ``count_calls`` also counts the
     Python calls of shapefn's own phases, in runs of their own (untimed)."""
+    with _compile_module.gc_paused():  # as shapefn.compile runs
+        return _compile_phases(mod, device, count_calls)
+
+
+def _compile_phases(mod: tvm.IRModule, device: str, count_calls: bool) -> dict:
     phases = {}
     start = time.perf_counter()
     lowered = lower_dynamic_ops(mod)
