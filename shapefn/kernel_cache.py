@@ -10,8 +10,9 @@ and a model edited in one op renames the kernels after it.
 
 A kernel's key is TVM's structural hash of its PrimFunc without its name
 (the equality TVM itself uses to merge identical kernels: it ignores
-variable names) plus the target, the TVM pass options in effect and TVM's
-version. Its object is compiled under a symbol made from the key, and the
+variable names) plus the target, the TVM pass options in effect, TVM's
+version and, for CPU targets, the version of the schedule ``_compile``
+applies (``compiler/cpu_schedule.py``). Its object is compiled under a symbol made from the key, and the
 linker gives each name of the module an alias to it (``--defsym``), so one
 object serves every name and module. Libraries are cached too, keyed by
 the module's names and kernel keys. Entries are written under a temporary

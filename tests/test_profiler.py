@@ -131,6 +131,9 @@ def test_bytes_and_copies_equal_the_vm_counters(model):
 
 def test_sim_copies_take_their_modelled_time_on_the_device_track(model):
     exe, _ = model
+    # The device track of a sim is its cost model's timeline, not a clock:
+    # every assertion below holds by construction of the model, whatever the
+    # machine's speed (nothing here is wall time).
     latency, bandwidth = 0.5, 1e6  # far beyond anything measured: the timeline is the model's
     report = shapefn.VirtualMachine(exe, shapefn.sim(latency_s=latency, bandwidth_bytes_per_s=bandwidth)).profile(
         *model_args())

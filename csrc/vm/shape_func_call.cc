@@ -34,7 +34,7 @@ void VirtualMachine::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Val
 
   // Scratch reused from call to call (sized before pointers into it are taken).
   ShapeFuncScratch& scratch = shape_func_scratch_;
-  if (scratch.inputs.size() < static_cast<size_t>(n_in)) scratch.Reserve(static_cast<size_t>(n_in));
+  if (scratch.inputs.size() < static_cast<size_t>(n_in)) scratch.Resize(static_cast<size_t>(n_in));
   ShapeFuncInput* inputs = scratch.inputs.data();
   std::vector<TensorRef> staged;  // host copies of device values, alive until the shape function returns
   for (int i = 0; i < n_in; ++i) {

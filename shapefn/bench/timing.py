@@ -9,13 +9,14 @@ last-level cache (outside the timed region), so it is measured cold.
 from __future__ import annotations
 
 import argparse
-import gc
 import glob
 import statistics
 import time
 from typing import Callable, Mapping
 
 import numpy as np
+
+from ..compiler.compile import gc_paused
 
 _FALLBACK_LLC_BYTES = 64 << 20
 _flush_buffer: np.ndarray | None = None
@@ -77,18 +78,13 @@ def interleaved(cases: Mapping[str, Callable[[], object]], *, repeat: int, numbe
     one."""
     times: dict[str, dict[str, list[float]]] = {"wall": {name: [] for name in cases},
                                                 "cpu": {name: [] for name in cases}}
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # as timeit does: a collection is not what any case costs
-    try:
+    with gc_paused():  # as timeit does: a collection is not what any case costs
         for _ in range(repeat):
             for name, fn in cases.items():
                 n = number[name] if isinstance(number, Mapping) else number
                 wall, cpu = samples(fn, number=n, flush=flush)
                 times["wall"][name].append(wall)
                 times["cpu"][name].append(cpu)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     return times
 
 

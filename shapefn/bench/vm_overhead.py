@@ -21,7 +21,8 @@ that kernel time is negligible, measured in one process, interleaved:
 * ``machine_reference_us``: a fixed pure-Python loop that touches neither
   runtime. Timed interleaved with the rest, its median over its minimum says
   how far the machine's own speed drifted during the run (on a shared host
-  it can halve for seconds at a time, taking every median with it).
+  it can halve, in stretches of a fraction of a second, taking every median
+  with it).
 
 Figures are wall-clock medians of ``--repeat`` interleaved repetitions
 (``min``: the minimums; ``cpu``/``cpu_min``: the same in this thread's CPU

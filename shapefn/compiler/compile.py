@@ -56,10 +56,11 @@ def lower(mod: tvm.IRModule) -> tvm.IRModule:
 
 @contextlib.contextmanager
 def gc_paused():
-    """Python's cyclic garbage collector off for the duration. A compile
-    allocates Python objects in proportion to the graph, and each full
-    collection walks all of them: with it on, the compiler's own phases grew
-    faster than the graph (codegen of 20k ops: 5.7 s on, 3.9 s off)."""
+    """Python's cyclic garbage collector off for the duration (and back to
+    its previous state after). A compile allocates Python objects in
+    proportion to the graph, and each collection of the older generations
+    walks all of them: compiling 20k ops ran 1,482 collections, 6 of them
+    full, and took 10-20% longer in codegen and TVM's passes with them."""
     enabled = gc.isenabled()
     gc.disable()
     try:

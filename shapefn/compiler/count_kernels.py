@@ -218,7 +218,6 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
                 order[q] = held
 
             heap.heap_sort(before, swap, candidates[0])
-            first_row = _local("int64", total[0])
             kept = _local("int64", 0)
             next_candidate = _local("int64", 0)
             with T.While(tirx.all(next_candidate[0] < candidates[0], kept[0] < limit, total[0] < upper)):

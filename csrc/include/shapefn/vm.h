@@ -135,7 +135,7 @@ class VirtualMachine {
     std::vector<ShapeFuncInput> inputs;
     std::vector<DLTensor> values;          // host views of the inputs whose values are read
     std::vector<int64_t> value_lengths;    // the 1-d shape of each shape-valued input
-    void Reserve(size_t n_in) {
+    void Resize(size_t n_in) {
       inputs.resize(n_in);
       values.resize(n_in);
       value_lengths.resize(n_in);
