@@ -9,7 +9,8 @@ from . import _core, ops
 from .builder import Label, Param, ProgramBuilder, Reg
 from .compiler import compile, emit_extern
 from .config import cache_dir, set_cache_dir
-from .devices import Device, device, sim, tvm_device_exists
+from .devices import (Device, device, device_counters, list_devices, opencl_devices, opencl_unavailable_reason,
+                      reset_device_counters, sim, tvm_device_exists)
 from .errors import (DataDependenceError, ExecutableFormatError, InvalidOnnxModel, OverDeclaredWarning,
                      UnsupportedOnnxOp)
 from .executable import Executable
@@ -30,6 +31,7 @@ def from_onnx(model, shape_dict=None):
 __all__ = [
     "DataDependenceError", "Device", "Executable", "ExecutableFormatError", "InvalidOnnxModel", "Label",
     "OverDeclaredWarning", "Param", "ProfileReport", "ProgramBuilder", "Reg", "Tensor", "VirtualMachine",
-    "cache_dir", "compile", "data_dependence", "emit_extern", "from_onnx", "device", "register_shape_func", "registered_ops",
+    "cache_dir", "compile", "data_dependence", "device", "device_counters", "emit_extern", "from_onnx", "list_devices",
+    "opencl_devices", "opencl_unavailable_reason", "register_shape_func", "registered_ops", "reset_device_counters",
     "set_cache_dir", "shape_func_info", "sim", "tvm_device_exists", "UnsupportedOnnxOp",
 ]

@@ -1,4 +1,5 @@
-"""Devices: ``host``, the simulated accelerator ``sim``, and TVM devices."""
+"""Devices: ``host``, the simulated accelerator ``sim``, OpenCL devices of
+shapefn's own runtime, and TVM devices."""
 from __future__ import annotations
 
 import threading
@@ -38,6 +39,7 @@ def sim(
 
 def device(spec: str | Device = "sim") -> Device:
     """A device from its name: ``"host"``, ``"sim"`` (one shared per process),
+    ``"opencl"`` / ``"opencl:1"`` (shapefn's OpenCL runtime; one per index),
     or a TVM device such as ``"cuda"`` / ``"cuda:1"`` reached through TVM's DeviceAPI."""
     global _default_sim
     if isinstance(spec, Device):
@@ -51,6 +53,8 @@ def device(spec: str | Device = "sim") -> Device:
             if _default_sim is None:
                 _default_sim = sim()
             return _default_sim
+    if spec == "opencl" or spec.startswith("opencl:"):
+        return _core.opencl_device(spec)
     import tvm  # noqa: F401  (loads TVM's runtime, which registers its DeviceAPIs)
 
     return _core.tvm_device(spec)
@@ -61,3 +65,56 @@ def tvm_device_exists(spec: str) -> bool:
     import tvm  # noqa: F401
 
     return _core.tvm_device_exists(spec)
+
+
+def opencl_devices() -> list[dict]:
+    """The OpenCL devices of this machine, as shapefn's runtime sees them:
+    ``name`` (``"opencl:<i>"``, what ``device()`` and ``VirtualMachine``
+    take), ``device``, ``type`` (``gpu``, ``cpu``, ...), ``vendor``,
+    ``version``, ``platform``, memory sizes and work-group limits. Empty when
+    there is no OpenCL driver (``opencl_unavailable_reason()`` says what to
+    install)."""
+    return _core.opencl_devices()
+
+
+def opencl_unavailable_reason() -> str:
+    """Why there is no OpenCL device, naming what to install; ``""`` when there is one."""
+    return _core.opencl_unavailable_reason()
+
+
+def list_devices() -> list[dict]:
+    """Every device shapefn can run on here: ``host``, ``sim``, each OpenCL
+    device, and TVM's CUDA/ROCm/Vulkan/Metal devices present in this
+    process. Each entry has ``name`` (what ``device()`` takes) and ``kind``;
+    OpenCL entries carry the fields of ``opencl_devices()``."""
+    found = [{"name": "host", "kind": "host"}, {"name": "sim", "kind": "sim"}]
+    found += [{**info, "kind": "opencl"} for info in opencl_devices()]
+    for kind in ("cuda", "rocm", "vulkan", "metal"):
+        index = 0
+        while tvm_device_exists(f"{kind}:{index}"):
+            found.append({"name": f"{kind}:{index}", "kind": kind})
+            index += 1
+    return found
+
+
+def device_counters(spec: str) -> dict:
+    """What shapefn's OpenCL runtime did on device ``spec`` (``"opencl"``,
+    ``"opencl:1"``) since the process started or the last
+    ``reset_device_counters``, whoever asked: shapefn's VMs, TVM's tensors
+    and VMs on ``tvm.opencl(i)``, kernels' workspaces. Keys: ``d2h_copies``,
+    ``d2h_bytes``, ``h2d_copies``, ``h2d_bytes``, ``d2d_copies``,
+    ``d2d_bytes``, ``syncs``, ``kernel_launches``, ``allocations``."""
+    return _core.opencl_counts(_opencl_index(spec))
+
+
+def reset_device_counters(spec: str) -> None:
+    """Zeroes ``device_counters(spec)``."""
+    _core.reset_opencl_counts(_opencl_index(spec))
+
+
+def _opencl_index(spec: str) -> int:
+    if spec == "opencl":
+        return 0
+    if isinstance(spec, str) and spec.startswith("opencl:") and spec[7:].isdigit():
+        return int(spec[7:])
+    raise ValueError(f"device counters are kept for OpenCL devices ('opencl', 'opencl:<i>'), not {spec!r}")

@@ -1,8 +1,9 @@
-// Bindings of devices: host, sim, and TVM devices.
+// Bindings of devices: host, sim, OpenCL and TVM devices.
 #include <pybind11/stl.h>
 
 #include "common.h"
 #include "shapefn/device.h"
+#include "shapefn/opencl.h"
 
 namespace shapefn::python {
 
@@ -42,6 +43,48 @@ void RegisterDevices(py::module_& m) {
       py::arg("latency_s"), py::arg("bandwidth_bytes_per_s"), py::arg("arena_bytes"), py::arg("strict"),
       py::arg("realtime"));
   m.def("tvm_device", &MakeTvmDevice);
+  m.def("opencl_device", &MakeOpenCLDevice);
+  m.def("opencl_unavailable_reason", &OpenCLUnavailableReason);
+  m.def("opencl_devices", [] {
+    py::list out;
+    for (const OpenCLDeviceInfo& d : OpenCLDevices()) {
+      py::dict info;
+      info["name"] = "opencl:" + std::to_string(d.index);
+      info["device"] = d.name;
+      info["type"] = d.type;
+      info["vendor"] = d.vendor;
+      info["version"] = d.version;
+      info["driver_version"] = d.driver_version;
+      info["platform"] = d.platform;
+      info["platform_vendor"] = d.platform_vendor;
+      info["platform_version"] = d.platform_version;
+      info["compute_units"] = d.compute_units;
+      info["max_clock_mhz"] = d.max_clock_mhz;
+      info["max_work_group_size"] = d.max_work_group_size;
+      info["global_mem_bytes"] = d.global_mem_bytes;
+      info["local_mem_bytes"] = d.local_mem_bytes;
+      info["max_alloc_bytes"] = d.max_alloc_bytes;
+      info["sub_buffer_alignment"] = d.sub_buffer_alignment;
+      info["available"] = d.available;
+      out.append(info);
+    }
+    return out;
+  });
+  m.def("opencl_counts", [](int index) {
+    OpenCLDeviceCounts c = OpenCLCounts(index);
+    py::dict out;
+    out["d2h_copies"] = c.d2h_copies;
+    out["d2h_bytes"] = c.d2h_bytes;
+    out["h2d_copies"] = c.h2d_copies;
+    out["h2d_bytes"] = c.h2d_bytes;
+    out["d2d_copies"] = c.d2d_copies;
+    out["d2d_bytes"] = c.d2d_bytes;
+    out["syncs"] = c.syncs;
+    out["kernel_launches"] = c.kernel_launches;
+    out["allocations"] = c.allocations;
+    return out;
+  });
+  m.def("reset_opencl_counts", &ResetOpenCLCounts);
   m.def("tvm_device_exists", &TvmDeviceExists);
   m.def("_read_byte", [](uintptr_t address) { return ReadByteFromHost(reinterpret_cast<const void*>(address)); });
 }

@@ -41,6 +41,7 @@
 #include "shapefn/device.h"
 #include "shapefn/error.h"
 #include "shapefn/executable.h"
+#include "shapefn/opencl.h"
 #include "shapefn/registry.h"
 #include "shapefn/tensor.h"
 #include "shapefn/value.h"
@@ -127,6 +128,7 @@ inline std::vector<std::string> MissingShapeFuncs(const Executable& exe) {
 inline std::shared_ptr<Device> MakeDevice(const std::string& name) {
   if (name == "host") return HostDevice();
   if (name == "sim") return MakeSimDevice(SimConfig{});
+  if (IsOpenCLSpec(name)) return MakeOpenCLDevice(name);
   return MakeTvmDevice(name);
 }
 
