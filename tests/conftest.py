@@ -5,6 +5,30 @@ import tvm
 import shapefn
 from shapefn import kernels
 
+# A test marked `opencl` runs on a real OpenCL device (PoCL in CI). Without
+# one it skips, naming what to install -- or fails, with --require-opencl
+# (what the README's test command and CI use: there, they must run).
+OPENCL_MISSING = shapefn.opencl_unavailable_reason()
+opencl = pytest.mark.opencl
+# Devices a compiled program is run on: the modelled one and a real one.
+DEVICES = ["sim", pytest.param("opencl", marks=opencl)]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--require-opencl", action="store_true",
+                     help="fail (instead of skipping) the OpenCL tests when there is no OpenCL device")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "opencl: runs on a real OpenCL device (skips without one)")
+
+
+def pytest_runtest_setup(item):
+    if OPENCL_MISSING and item.get_closest_marker("opencl") is not None:
+        if item.config.getoption("--require-opencl"):
+            pytest.fail(f"--require-opencl: {OPENCL_MISSING}")
+        pytest.skip(f"no OpenCL device: {OPENCL_MISSING}")
+
 
 @pytest.fixture(scope="session")
 def kernel_lib():

@@ -21,7 +21,7 @@ constexpr int kExitFailure = 1;  // the program could not be loaded or run
 constexpr int kExitUsage = 2;    // the command line is wrong
 
 constexpr const char* kUsage =
-    "usage: shapefn-run EXE --device sim|host --input A.npy [--input B.npy ...] --output-dir DIR\n"
+    "usage: shapefn-run EXE --device sim|host|opencl[:N] --input A.npy [--input B.npy ...] --output-dir DIR\n"
     "                   [--repeat N] [--function NAME] [--dependence per-input|per-op]\n"
     "\n"
     "Runs function NAME (default main) of the saved executable EXE (and the kernel\n"
@@ -80,8 +80,8 @@ Options ParseArgs(int argc, char** argv) {
     };
     if (arg == "--device") {
       o.device = next();
-      if (o.device != "sim" && o.device != "host") {
-        throw UsageError("--device must be 'sim' or 'host', got '" + o.device + "'");
+      if (o.device != "sim" && o.device != "host" && !shapefn::IsOpenCLSpec(o.device)) {
+        throw UsageError("--device must be 'sim', 'host' or 'opencl[:N]', got '" + o.device + "'");
       }
       have_device = true;
     } else if (arg == "--input") {

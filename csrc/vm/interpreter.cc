@@ -133,6 +133,19 @@ void SetTensor(Value& dst, TensorRef t) {
   return t;
 }
 
+// Lends a VM tensor to a tvm-ffi callee as an owning Tensor: it holds the
+// VM's reference while the callee (or anything it hands the Tensor to) keeps it.
+struct LentStorage {
+  TensorRef tensor;
+  void AllocData(DLTensor* t) { t->data = tensor->data(); }
+  void FreeData(DLTensor*) {}
+};
+
+tvm::ffi::Tensor LendTensor(const TensorRef& t) {
+  return tvm::ffi::Tensor::FromNDAlloc(LentStorage{t}, tvm::ffi::Shape(t->shape.begin(), t->shape.end()), t->dtype,
+                                       t->device()->kernel_device());
+}
+
 // Where a kernel ran, for the profiler: the device of its first tensor
 // argument that is not on the host.
 const Device& KernelDevice(const std::vector<Value>& regs, const int64_t* args, int64_t n) {
@@ -207,6 +220,12 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
         }
         t->storage = storage->storage;
         t->byte_offset = storage->byte_offset + static_cast<size_t>(offset);
+        const size_t alignment = storage->device()->tensor_offset_alignment();
+        if (t->byte_offset % alignment != 0) {
+          Fail(ErrorKind::kValue, "tensor_in_storage: offset " + std::to_string(t->byte_offset) + " on device '" +
+                                      storage->device()->name() + "', which places tensors at multiples of " +
+                                      std::to_string(alignment) + " bytes");
+        }
         regs[ins.op_at(0)] = Value::Tensor(std::move(t));
         break;
       }
@@ -362,10 +381,16 @@ void VirtualMachine::ExecInvokeKernel(const Instruction& ins, std::vector<Value>
   if (scratch_tensors_.size() < static_cast<size_t>(n)) scratch_tensors_.resize(static_cast<size_t>(n));
   DLTensor* next_tensor = scratch_tensors_.data();
   scratch_args_.clear();
+  const bool lend = kernel_takes_tensors_[k];
   for (int64_t i = 0; i < n; ++i) {
     const Value& v = regs[args[i]];
     switch (v.kind) {
       case Value::Kind::kTensor:
+        if (lend) {
+          scratch_objects_.push_back(LendTensor(v.tensor));
+          scratch_args_.emplace_back(scratch_objects_.back());
+          break;
+        }
         // Built in place (guaranteed copy elision): a DLTensor returned on the
         // stack and then copied stalls on store forwarding, a third of a call.
         ::new (next_tensor) DLTensor(v.tensor->AsDLTensor());
@@ -382,6 +407,11 @@ void VirtualMachine::ExecInvokeKernel(const Instruction& ins, std::vector<Value>
                                    " is " + KindName(v.kind) + "; kernels take tensors, ints and shapes");
     }
   }
+  // The lent Tensors are released however the call ends.
+  struct ReleaseLent {
+    std::vector<tvm::ffi::Tensor>& objects;
+    ~ReleaseLent() { objects.clear(); }
+  } release{scratch_objects_};
   if (__builtin_expect(profiler_ != nullptr, 0)) {
     ProfiledCallKernel(*profiler_, kernels_[k], scratch_args_, exe_->kernels[k], KernelDevice(regs, args, n));
   } else {

@@ -37,6 +37,7 @@ VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, std::share
     auto it = kernels.find(name);
     if (it != kernels.end()) {
       kernels_.push_back(it->second);
+      kernel_takes_tensors_.push_back(false);
       continue;
     }
     auto global = tvm::ffi::Function::GetGlobal(name);
@@ -44,6 +45,7 @@ VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, std::share
       Fail(ErrorKind::kKey, "kernel '" + name + "' is neither in the executable's library nor a registered global function");
     }
     kernels_.push_back(*global);
+    kernel_takes_tensors_.push_back(true);
   }
   for (const std::string& op : exe_->shape_funcs) {
     shape_funcs_.push_back(ShapeFuncRegistry::Global().Lookup(op));

@@ -16,6 +16,9 @@ class OpenCLDevice final : public Device {
 
   std::string name() const override { return name_; }
   DLDevice kernel_device() const override { return DLDevice{kDLOpenCL, index_}; }
+  size_t tensor_offset_alignment() const override {
+    return static_cast<size_t>(opencl::Runtime::Global().info(index_).sub_buffer_alignment);
+  }
 
   void* Alloc(size_t nbytes, size_t alignment) override {
     return opencl::Runtime::Global().Alloc(index_, nbytes, alignment);

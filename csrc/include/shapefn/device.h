@@ -26,6 +26,9 @@ class Device {
   virtual bool is_host() const { return false; }
   // How kernels see this device's memory: CPU for host and sim.
   virtual DLDevice kernel_device() const = 0;
+  // A tensor placed inside a larger allocation must start at a multiple of
+  // this many bytes for kernels to take it (OpenCL: CL_DEVICE_MEM_BASE_ADDR_ALIGN).
+  virtual size_t tensor_offset_alignment() const { return 1; }
 
   virtual void* Alloc(size_t nbytes, size_t alignment) = 0;
   virtual void Free(void* ptr) = 0;

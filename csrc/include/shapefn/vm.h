@@ -7,6 +7,7 @@
 //   shapefn::Value out = vm.Invoke("main", {shapefn::Value::Tensor(input)});
 #pragma once
 
+#include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/function.h>
 
 #include <map>
@@ -98,6 +99,10 @@ class VirtualMachine {
   IdleTensors idle_;  // killed tensors, reused whole by Allocate
   VMOptions options_;
   std::vector<tvm::ffi::Function> kernels_;
+  // Per kernel: true for a global function (a user's kernel, maybe written in
+  // Python), which gets owning tvm-ffi Tensors (DLPack export works on them);
+  // the executable's own TVM-compiled kernels get DLTensor views.
+  std::vector<bool> kernel_takes_tensors_;
   std::vector<ShapeFuncEntryPtr> shape_funcs_;
   // What a call of each shape function needs of its entry, decoded at load.
   struct ShapeFuncPlan {
@@ -150,6 +155,7 @@ class VirtualMachine {
   // Reused scratch to keep the dispatch path free of allocations.
   std::vector<DLTensor> scratch_tensors_;
   std::vector<tvm::ffi::AnyView> scratch_args_;
+  std::vector<tvm::ffi::Tensor> scratch_objects_;  // the Tensors a global-function kernel's call holds
 };
 
 }  // namespace shapefn

@@ -1,0 +1,75 @@
+"""Kernels a user writes in Python: registered with tvm-ffi, emitted with
+``shapefn.emit_extern``, given tensors every tvm-ffi callee can use
+(DLPack export included) on every device."""
+import numpy as np
+import pytest
+import tvm_ffi
+from tvm import relax, tirx
+
+import shapefn
+from conftest import opencl
+
+kept = []
+
+
+@tvm_ffi.register_global_func("test.extern.first_rows_numpy", override=True)
+def first_rows_numpy(data, k, out):
+    """The first k rows of data, through numpy views of the VM's memory."""
+    rows = int(np.from_dlpack(k)[0])
+    np.from_dlpack(out)[...] = np.from_dlpack(data)[:rows]
+
+
+@tvm_ffi.register_global_func("test.extern.first_rows_copies", override=True)
+def first_rows_copies(data, k, out):
+    """The same through copies (what a kernel does with device tensors)."""
+    out.copyfrom(data.numpy()[: int(k.numpy()[0])])
+
+
+@tvm_ffi.register_global_func("test.extern.first_rows_keeping", override=True)
+def first_rows_keeping(data, k, out):
+    """Keeps its arguments after the call: they must stay valid."""
+    kept.append((data, np.from_dlpack(data).copy()))
+    first_rows_numpy(data, k, out)
+
+
+def program(kernel: str, device: str):
+    for name in ("test.extern.first_rows_numpy", "test.extern.first_rows_copies", "test.extern.first_rows_keeping"):
+        shapefn.register_shape_func(name, [False, True], override=True,
+                                    shape_func=lambda data, k: [k[0], data.shape[1]])
+    n = tirx.Var("n", "int64")
+    data = relax.Var("data", relax.TensorType([n, 3], "float32"))
+    k = relax.Var("k", relax.TensorType([1], "int64"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [data, k]):
+        doubled = bb.emit(relax.op.multiply(data, relax.const(2.0, "float32")))
+        rows = shapefn.emit_extern(bb, kernel, [doubled, k], out_ndim=2, out_dtype="float32")
+        bb.emit_func_output(bb.emit(relax.op.add(rows, relax.const(1.0, "float32"))))
+    return shapefn.VirtualMachine(shapefn.compile(bb.get(), device), device)
+
+
+@pytest.mark.parametrize("device", ["host", "sim"])
+def test_python_kernel_reads_and_writes_through_dlpack(device):
+    vm = program("test.extern.first_rows_numpy", device)
+    data = np.arange(15, dtype=np.float32).reshape(5, 3)
+    for rows in (2, 5, 0):
+        np.testing.assert_array_equal(vm(data, np.array([rows], np.int64)).numpy(), 2 * data[:rows] + 1)
+
+
+@pytest.mark.parametrize("device", ["host", "sim", pytest.param("opencl", marks=opencl)])
+def test_python_kernel_copying_its_tensors(device):
+    vm = program("test.extern.first_rows_copies", device)
+    data = np.arange(15, dtype=np.float32).reshape(5, 3)
+    np.testing.assert_array_equal(vm(data, np.array([4], np.int64)).numpy(), 2 * data[:4] + 1)
+
+
+def test_a_tensor_kept_by_the_kernel_outlives_the_call():
+    vm = program("test.extern.first_rows_keeping", "sim")
+    kept.clear()
+    inputs = [np.full((4, 3), v, np.float32) for v in (1.0, 2.0, 3.0)]
+    for x in inputs:
+        vm(x, np.array([2], np.int64))
+    # Later calls did not reuse the memory the kernel still holds.
+    for (tensor, seen), x in zip(kept, inputs):
+        np.testing.assert_array_equal(np.from_dlpack(tensor), seen)
+        np.testing.assert_array_equal(seen, 2 * x)
+    kept.clear()
