@@ -1,0 +1,357 @@
+"""GPU forms of the count-sized kernels (``count_kernels``): nonzero,
+unique and NMS, with the CPU forms' signatures and results.
+
+Each still writes its result at the front of upper-bound outputs and the
+number of results to ``count`` (int64 ``[1]``), from the device, so the VM
+reads back only that count. Results are compacted in order by prefix sums:
+each work group counts what its tile of the input keeps, one work group
+scans the tiles' counts, and each group then writes its tile's results at
+its offset, work items ordered by a prefix sum within the group.
+"""
+from __future__ import annotations
+
+import math
+
+from tvm import tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as T
+
+from shapefn.compiler.gpu_builder import (THREADS, bitonic_pair, ceildiv, compare_exchange,
+                                          group_barrier, group_exclusive_scan, group_scan_array,
+                                          group_sort, launch, launch_per_element, strided, unravel)
+from shapefn.compiler.tir_builder import _arg, _flat_view, _i64, _local, _sizes
+
+# Consecutive elements per work item in a compaction tile: fewer scans and
+# tiles than one element each.
+_ITEMS = 4
+_TILE = THREADS * _ITEMS
+
+
+# --------------------------------------------------------------------------- compaction
+def _item_flags(flag, size, tile, thread):
+    """How many of this work item's elements of the tile are flagged."""
+    flagged = _local("int64", 0)
+    with T.serial(0, _ITEMS) as e:
+        f = T.bind(tile * _TILE + thread * _ITEMS + e)
+        with T.If(f < size):
+            with T.Then():
+                with T.If(flag(f)):
+                    with T.Then():
+                        flagged[0] = flagged[0] + 1
+    return flagged[0]
+
+
+def _count_tiles(flag, size, tile_counts) -> None:
+    """One launch: ``tile_counts[t]`` = flagged elements of tile ``t``."""
+    with launch(ceildiv(size, _i64(_TILE))) as (tile, thread):
+        _, total = group_exclusive_scan(_item_flags(flag, size, tile, thread), thread)
+        with T.If(thread == 0):
+            with T.Then():
+                tile_counts[tile] = total
+
+
+def _scan_tiles(tile_counts, tiles, count) -> None:
+    """One launch of one group: the tiles' counts become their offsets
+    (exclusive prefix sums, in place) and ``count[0]`` their total."""
+    with launch(_i64(1)) as (_, thread):
+        total = group_scan_array(tile_counts, tile_counts, tiles, thread)
+        with T.If(thread == 0):
+            with T.Then():
+                count[0] = total
+
+
+def _for_each_element(flag, size, tile_offsets, body) -> None:
+    """One launch over every element ``f`` of ``0 .. size - 1``:
+    ``body(f, flagged, rank)`` with ``rank`` the number of flagged elements
+    before ``f`` (``tile_offsets`` as ``_scan_tiles`` leaves them)."""
+    with launch(ceildiv(size, _i64(_TILE))) as (tile, thread):
+        before, _ = group_exclusive_scan(_item_flags(flag, size, tile, thread), thread)
+        rank = _local("int64", tile_offsets[tile] + before)
+        with T.serial(0, _ITEMS) as e:
+            f = T.bind(tile * _TILE + thread * _ITEMS + e)
+            with T.If(f < size):
+                with T.Then():
+                    flagged = T.bind(flag(f))
+                    body(f, flagged, rank[0])
+                    rank[0] = rank[0] + tirx.Cast("int64", flagged)
+
+
+def _tile_count_buffer(size):
+    return T.buffer_proxy(T.alloc_buffer((tirx.max(ceildiv(size, _i64(_TILE)), _i64(1)),), "int64",
+                                         scope="global"))
+
+
+# --------------------------------------------------------------------------- nonzero
+def nonzero(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
+    """ONNX NonZero: ``(data, out, count)``; out int64 ``[ndim, upper]`` with
+    ``upper >= numel``, count int64 ``[1]``; the exact ``[ndim, count]``
+    result is the first ``ndim * count`` elements of ``out``, as the CPU
+    form. A parallel compaction in three launches (count per tile, scan of
+    the tiles' counts, which writes ``count``, then each nonzero's
+    coordinates at its rank)."""
+    shape = _sizes("n", ndim)
+    numel = math.prod(shape) if ndim else _i64(1)
+    upper = tirx.Var("upper", "int64")
+
+    def is_nonzero(value):
+        return value if dtype == "bool" else value != tirx.const(0, dtype)
+
+    with IRBuilder() as ib, T.prim_func():
+        T.func_name("nonzero")
+        data = _arg("data", shape, dtype)
+        out = _arg("out", [ndim, upper], "int64")
+        count = _arg("count", [1], "int64")
+        with T.Assert(upper >= numel, "nonzero: out is smaller than data"):
+            flat = _flat_view(data, numel, dtype)
+            out_flat = _flat_view(out, ndim * upper, "int64")
+            tile_counts = _tile_count_buffer(numel)
+
+            def flag(f):
+                return is_nonzero(flat[f])
+
+            def write(f, flagged, rank):
+                with T.If(flagged):
+                    with T.Then():
+                        total = T.bind(count[0])
+                        for r, i in enumerate(unravel(f, shape)):
+                            out_flat[r * total + rank] = i
+
+            _count_tiles(flag, numel, tile_counts)
+            _scan_tiles(tile_counts, ceildiv(numel, _i64(_TILE)), count)
+            _for_each_element(flag, numel, tile_counts, write)
+    return ib.get()
+
+
+# --------------------------------------------------------------------------- unique
+def _device_sort(before, swap, size) -> None:
+    """Sorts positions ``0 .. size - 1`` with a bitonic network, one launch
+    per step (a launch is the barrier between steps), one work item per
+    comparator whose first position is inside ``size``. (The number of
+    steps is set by host loops over every possible span, those past
+    ``size`` skipped: host code has no thread-local scalars.)"""
+    with T.serial(0, 63) as s:
+        with T.If((_i64(1) << s) < size):
+            with T.Then():
+                with T.serial(0, s + 1) as t:
+                    stride_log = s - t
+                    stride = _i64(1) << stride_log
+                    # Comparators take the first ``stride`` of every ``2 * stride`` positions.
+                    comparators = (tirx.floordiv(size, 2 * stride) * stride
+                                   + tirx.min(tirx.floormod(size, 2 * stride), stride))
+                    with launch_per_element(comparators) as q:
+                        i, j = bitonic_pair(q, s + 1, stride_log)
+                        compare_exchange(before, swap, i, j, size)
+
+
+def unique(dtype: str = "float32", ndim: int = 1) -> tirx.PrimFunc:
+    """ONNX Unique (no axis, ``sorted=1``) of the flattened ``data``:
+    ``(data, values, first_indices, inverse, counts, count)``, as the CPU form.
+
+    The (value, index) pairs are sorted (a bitonic network over the device,
+    one launch per step); an element starts a run when its value differs
+    from the one before it. A compaction of the run starts gives each run
+    its rank: ``values`` and ``first_indices`` (the lowest index: pairs sort
+    by index among equal values) at the rank, the rank to ``inverse`` of
+    every element of the run, and ``counts`` from the next run's start.
+    Numeric dtypes; NaNs are not supported.
+    """
+    shape = _sizes("n", ndim)
+    numel = math.prod(shape) if ndim else _i64(1)
+    upper = tirx.Var("upper", "int64")
+    with IRBuilder() as ib, T.prim_func():
+        T.func_name("unique")
+        data = _arg("data", shape, dtype)
+        values = _arg("values", [upper], dtype)
+        first = _arg("first_indices", [upper], "int64")
+        inverse = _arg("inverse", [numel], "int64")
+        counts = _arg("counts", [upper], "int64")
+        count = _arg("count", [1], "int64")
+        with T.Assert(upper >= numel, "unique: output buffers are smaller than data"):
+            flat = _flat_view(data, numel, dtype)
+            scratch = tirx.max(numel, _i64(1))
+            keys = T.buffer_proxy(T.alloc_buffer((scratch,), dtype, scope="global"))
+            ids = T.buffer_proxy(T.alloc_buffer((scratch,), "int64", scope="global"))
+            starts = T.buffer_proxy(T.alloc_buffer((scratch,), "int64", scope="global"))
+            tile_counts = _tile_count_buffer(numel)
+            with launch_per_element(numel) as i:
+                keys[i] = flat[i]
+                ids[i] = i
+
+            def before(p, q):
+                return tirx.Or(keys[p] < keys[q], tirx.And(keys[p] == keys[q], ids[p] < ids[q]))
+
+            def swap(p, q):
+                key, index = T.bind(keys[p]), T.bind(ids[p])
+                keys[p] = keys[q]
+                ids[p] = ids[q]
+                keys[q] = key
+                ids[q] = index
+
+            _device_sort(before, swap, numel)
+
+            def starts_run(i):
+                return tirx.if_then_else(i == 0, tirx.const(True), keys[i] != keys[i - 1])
+
+            def write(i, starts_here, runs_before):
+                with T.If(starts_here):
+                    with T.Then():
+                        values[runs_before] = keys[i]
+                        first[runs_before] = ids[i]
+                        starts[runs_before] = i
+                inverse[ids[i]] = runs_before + tirx.Cast("int64", starts_here) - 1
+
+            _count_tiles(starts_run, numel, tile_counts)
+            _scan_tiles(tile_counts, ceildiv(numel, _i64(_TILE)), count)
+            _for_each_element(starts_run, numel, tile_counts, write)
+            with launch_per_element(numel) as u:
+                runs = T.bind(count[0])
+                with T.If(u < runs):
+                    with T.Then():
+                        end = tirx.if_then_else(u + 1 < runs, starts[u + 1], numel)
+                        counts[u] = end - starts[u]
+    return ib.get()
+
+
+# --------------------------------------------------------------------------- NMS
+def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
+    """ONNX NonMaxSuppression: ``(boxes, scores, max_output_boxes_per_class,
+    iou_threshold, score_threshold, selected, count)``, the CPU form's
+    signature, rows, order and IoU arithmetic.
+
+    Selection is one launch of one work group per (batch, class): the
+    group gathers the candidates (score above the threshold) into scratch
+    in order (a prefix sum per tile of ``THREADS`` boxes), sorts them by
+    descending score, then index (bitonic network), computes their extents,
+    and visits them in order: a candidate not yet suppressed is kept, and
+    the group's work items then mark every later candidate it suppresses,
+    in parallel, ending with a barrier. It stops after
+    ``max_output_boxes_per_class`` kept. A second launch (one group) turns
+    the kept counts into row offsets and writes ``count`` (at most
+    ``upper``); a third copies each class's kept boxes to its rows.
+    """
+    # The CPU form's extents and IoU test, so that decisions match it bit for
+    # bit. (Imported here: modules the compiler imports while it imports
+    # this one may import count_kernels.)
+    from shapefn.compiler.count_kernels import _extents
+
+    b_, n_, c_ = _sizes("d", 3)  # batches, boxes, classes
+    upper = tirx.Var("upper", "int64")
+    with IRBuilder() as ib, T.prim_func():
+        T.func_name("non_max_suppression")
+        boxes = _arg("boxes", [b_, n_, 4], "float32")
+        scores = _arg("scores", [b_, c_, n_], "float32")
+        max_out = _arg("max_output_boxes_per_class", [1], "int64")
+        iou_thr = _arg("iou_threshold", [1], "float32")
+        score_thr = _arg("score_threshold", [1], "float32")
+        selected = _arg("selected", [upper, 3], "int64")
+        count = _arg("count", [1], "int64")
+        classes = b_ * c_
+        entries = tirx.max(classes * n_, _i64(1))
+
+        def scratch(shape, dtype):
+            return T.buffer_proxy(T.alloc_buffer(shape, dtype, scope="global"))
+
+        # Per (batch, class), n_ entries from g * n_: the candidates' scores,
+        # box indices, extents, whether suppressed; then the kept boxes.
+        keys, ids = scratch((entries,), "float32"), scratch((entries,), "int64")
+        extents, suppressed = scratch((entries, 5), "float32"), scratch((entries,), "int32")
+        kept = scratch((entries,), "int64")
+        kept_counts = scratch((tirx.max(classes, _i64(1)),), "int64")
+        offsets = scratch((tirx.max(classes, _i64(1)),), "int64")
+
+        with launch(classes) as (g, thread):
+            b, c = T.bind(tirx.floordiv(g, c_)), T.bind(tirx.floormod(g, c_))
+            base = T.bind(g * n_)
+            candidates = _gather_candidates(scores, b, c, n_, score_thr[0], keys, ids, base, thread)
+            group_barrier()
+
+            def before(p, q):
+                sp, sq = keys[base + p], keys[base + q]
+                return tirx.Or(sp > sq, tirx.And(sp == sq, ids[base + p] < ids[base + q]))
+
+            def swap(p, q):
+                score, box = T.bind(keys[base + p]), T.bind(ids[base + p])
+                keys[base + p] = keys[base + q]
+                ids[base + p] = ids[base + q]
+                keys[base + q] = score
+                ids[base + q] = box
+
+            group_sort(before, swap, candidates, thread)
+            with strided(candidates, thread) as j:
+                box = T.bind(ids[base + j])
+                for q, x in enumerate(_extents([boxes[b, box, q] for q in range(4)], center_point_box)):
+                    extents[base + j, q] = x
+                suppressed[base + j] = 0
+            group_barrier()
+            kept_count = _select(extents, suppressed, ids, kept, base, candidates, max_out[0],
+                                 iou_thr[0], thread)
+            with T.If(thread == 0):
+                with T.Then():
+                    kept_counts[g] = kept_count
+
+        with launch(_i64(1)) as (_, thread):
+            total = group_scan_array(kept_counts, offsets, classes, thread)
+            with T.If(thread == 0):
+                with T.Then():
+                    count[0] = tirx.min(total, upper)
+
+        with launch(classes) as (g, thread):
+            with strided(kept_counts[g], thread) as t:
+                row = T.bind(offsets[g] + t)
+                with T.If(row < upper):  # the CPU form stops there
+                    with T.Then():
+                        selected[row, 0] = tirx.floordiv(g, c_)
+                        selected[row, 1] = tirx.floormod(g, c_)
+                        selected[row, 2] = kept[g * n_ + t]
+    return ib.get()
+
+
+def _gather_candidates(scores, b, c, boxes, threshold, keys, ids, base, thread):
+    """Writes the (score, index) of the boxes scoring above ``threshold`` in
+    class ``(b, c)`` to ``keys``/``ids`` from ``base``, in box order, one
+    tile of ``THREADS`` boxes at a time; returns how many (a local, uniform)."""
+    candidates = _local("int64", 0)
+    with T.serial(0, ceildiv(boxes, _i64(THREADS))) as tile:
+        i = T.bind(tile * THREADS + thread)
+        is_candidate = T.bind(tirx.if_then_else(i < boxes, scores[b, c, i] > threshold, tirx.const(False)))
+        before, total = group_exclusive_scan(tirx.Cast("int64", is_candidate), thread)
+        with T.If(is_candidate):
+            with T.Then():
+                keys[base + candidates[0] + before] = scores[b, c, i]
+                ids[base + candidates[0] + before] = i
+        candidates[0] = candidates[0] + total
+    return candidates[0]
+
+
+def _select(extents, suppressed, ids, kept, base, candidates, limit, iou_threshold, thread):
+    """The greedy pass over the sorted candidates of one class: returns the
+    number kept (a uniform local), their box indices in ``kept`` from
+    ``base``. Whether candidate i is suppressed is read by every work item
+    alike, so the branch and its barrier are uniform; only a kept candidate
+    costs a barrier."""
+    from shapefn.compiler.count_kernels import _suppress_if_overlapping  # (see non_max_suppression)
+
+    kept_count = _local("int64", 0)
+    i = _local("int64", 0)
+    with T.While(tirx.all(i[0] < candidates, kept_count[0] < limit)):
+        with T.If(suppressed[base + i[0]] == 0):
+            with T.Then():
+                with T.If(thread == 0):
+                    with T.Then():
+                        kept[base + kept_count[0]] = ids[base + i[0]]
+                kept_count[0] = kept_count[0] + 1
+                keeper = [T.bind(extents[base + i[0], q]) for q in range(5)]
+                later = T.bind(i[0] + 1)
+                with strided(candidates - later, thread) as r:
+                    j = T.bind(base + later + r)
+                    with T.If(suppressed[j] == 0):
+                        with T.Then():
+                            overlapping = _local("bool", tirx.const(False))
+                            _suppress_if_overlapping(keeper, [extents[j, q] for q in range(5)],
+                                                     iou_threshold, overlapping)
+                            with T.If(overlapping[0]):
+                                with T.Then():
+                                    suppressed[j] = 1
+                group_barrier()
+        i[0] = i[0] + 1
+    return kept_count[0]
