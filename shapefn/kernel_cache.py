@@ -8,17 +8,20 @@ not deterministic in a few kernels of a large model (the order of size
 parameters and of the terms of size expressions varies between processes),
 and a model edited in one op renames the kernels after it.
 
-A kernel's key is TVM's structural hash of its PrimFunc without its name
-(the equality TVM itself uses to merge identical kernels: it ignores
-variable names) plus the target, the TVM pass options in effect, TVM's
-version and, for CPU targets, the version of the schedule ``_compile``
-applies (``compiler/cpu_schedule.py``). Its object is compiled under a symbol made from the key, and the
-linker gives each name of the module an alias to it (``--defsym``), so one
-object serves every name and module. Libraries are cached too, keyed by
-the module's names and kernel keys. Entries are written under a temporary
-name and renamed, so concurrent processes see a whole entry or none; an
-object entry carries the SHA-256 of its bytes, and one that does not match
-(or a library that does not load) is rebuilt and replaced.
+Kernels come scheduled for their target (``compiler/target_schedule.py``);
+the cache compiles them as they are. A kernel's key is TVM's structural
+hash of its PrimFunc without its name (the equality TVM itself uses to merge
+identical kernels: it ignores variable names) plus the target, the TVM pass
+options in effect, TVM's version and the version of the schedules applied.
+For CPU targets its object is compiled under a symbol made from the key, and
+the linker gives each name of the module an alias to it (``--defsym``), so
+one object serves every name and module. Device code is a module imported by
+the host code, which objects cannot carry: for GPU targets the module is
+compiled whole and only the library is cached. Libraries are keyed by the
+module's names and kernel keys. Entries are written under a temporary name
+and renamed, so concurrent processes see a whole entry or none; an object
+entry carries the SHA-256 of its bytes, and one that does not match (or a
+library that does not load) is rebuilt and replaced.
 
 Layout under ``directory`` (default ``<cache_dir>/kernels``):
 ``objects/<key>.o`` and ``libraries/<key>.so``.
@@ -39,7 +42,6 @@ import tvm_ffi
 from tvm.support import cc
 
 from . import config
-from .compiler import cpu_schedule
 
 _DIGEST_BYTES = hashlib.sha256().digest_size
 _SYMBOL_PREFIX = "shapefn_kernel_"
@@ -71,12 +73,12 @@ def _count(hits: int, misses: int) -> None:
         _stats = Stats(_stats.hits + hits, _stats.misses + misses)
 
 
-def kernel_key(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> str:
+def kernel_key(func: tvm.tirx.PrimFunc, target: tvm.target.Target, schedule_version: str = "") -> str:
     """What a kernel's compiled code depends on: TVM's version, the target,
-    the pass options in effect and the PrimFunc's structure (not its name)."""
+    the pass options in effect, the schedules' version and the PrimFunc's
+    structure (not its name)."""
     shash = tvm_ffi.structural_hash(func.without_attr("global_symbol"))
-    schedule = cpu_schedule.VERSION if target.kind.name == "llvm" else ""
-    text = "\0".join([tvm.__version__, str(target), _pass_options(), schedule, f"{shash:016x}"])
+    text = "\0".join([tvm.__version__, str(target), _pass_options(), schedule_version, f"{shash:016x}"])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -86,13 +88,21 @@ def _pass_options() -> str:
     return f"{context.opt_level} {list(context.required_pass)} {list(context.disabled_pass)} {config}"
 
 
-def build(mod: tvm.IRModule, target, directory: Path | None = None) -> tuple[object, Path]:
+def build(mod: tvm.IRModule, target, schedule_version: str = "",
+          directory: Path | None = None) -> tuple[object, Path]:
     """The compiled library of ``mod``'s PrimFuncs for ``target`` and the
-    file it lives in, each function callable by its name in ``mod``."""
+    file it lives in; each function is callable by its name in ``mod``.
+    ``schedule_version`` is that of the schedules that made the PrimFuncs
+    (``target_schedule.schedule``'s), empty for kernels built as written.
+
+    When this process has no runtime for the target's device (a GPU build
+    on a machine without the GPU runtime), the library is cached for one
+    that has, and the module is returned as built: its device code can be
+    inspected, not run."""
     directory = Path(directory) if directory is not None else config.cache_dir() / "kernels"
     target = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
     funcs = {gv.name_hint: func for gv, func in mod.functions.items()}
-    keys = {name: kernel_key(func, target) for name, func in funcs.items()}
+    keys = {name: kernel_key(func, target, schedule_version) for name, func in funcs.items()}
     library_key = hashlib.sha256("".join(f"{n}\0{keys[n]}\0" for n in sorted(keys)).encode()).hexdigest()
     path = directory / "libraries" / f"{library_key}.so"
     library = _load_library(path, funcs)
@@ -106,8 +116,12 @@ def build(mod: tvm.IRModule, target, directory: Path | None = None) -> tuple[obj
         # Device code is a module imported by the host code, which objects
         # cannot carry: the module is compiled whole (and cached as a library).
         _count(0, len(set(keys.values())))
-        compiled = tvm.tirx.build(mod, target)
+        compiled = _build_whole(funcs, target)
         _write_atomically(path, compiled.export_library)
+        if not _loadable(compiled):
+            if not all(compiled.implements_function(name, query_imports=True) for name in funcs):
+                raise RuntimeError(f"kernel library {path} was just built but lacks functions of {sorted(funcs)}")
+            return compiled, path
     library = _load_library(path, funcs)
     if library is None:
         raise RuntimeError(f"kernel library {path} was just built but does not load")
@@ -125,6 +139,34 @@ def _load_library(path: Path, funcs) -> object | None:
     if not all(library.implements_function(name, query_imports=True) for name in funcs):
         return None
     return library
+
+
+def _build_whole(funcs: dict, target):
+    """``funcs`` built as one module for ``target``; if TVM fails, the
+    error names the kernels that fail on their own."""
+    kind = target.kind.name
+    if tvm_ffi.get_global_func(f"target.build.{kind}", allow_missing=True) is None:
+        raise RuntimeError(f"this TVM has no code generator for {kind} (no 'target.build.{kind}')")
+    mod = tvm.IRModule({name: func.with_attr("global_symbol", name) for name, func in funcs.items()})
+    try:
+        return tvm.tirx.build(mod, target)
+    except Exception as error:  # noqa: BLE001 - re-raised with the kernels named
+        failing = []
+        for name in funcs:
+            try:
+                tvm.tirx.build(tvm.IRModule({name: mod[name]}), target)
+            except Exception:  # noqa: BLE001 - what is being looked for
+                failing.append(name)
+        shown = ", ".join(failing[:10]) + (f" ({len(failing)} in all)" if len(failing) > 10 else "")
+        cause = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        raise RuntimeError(f"TVM cannot build kernel(s) {shown or '(none alone)'} for {kind}: {cause}") from error
+
+
+def _loadable(module) -> bool:
+    """Whether this process can load a library holding ``module``: a
+    device module needs its device's runtime (its loader) registered."""
+    return all(tvm_ffi.get_global_func(f"ffi.Module.load_from_bytes.{m.kind}", allow_missing=True) is not None
+               for m in module.imports)
 
 
 def _objects(funcs: dict, target, directory: Path) -> dict[str, bytes]:
@@ -159,7 +201,6 @@ def _objects(funcs: dict, target, directory: Path) -> dict[str, bytes]:
 
 
 def _compile(func: tvm.tirx.PrimFunc, symbol: str, target) -> bytes:
-    func = cpu_schedule.schedule(func)  # (objects are compiled for CPU targets only)
     module = tvm.tirx.build(tvm.IRModule({symbol: func.with_attr("global_symbol", symbol)}), target)
     with tempfile.TemporaryDirectory(prefix="shapefn-kernel-") as workspace:
         path = os.path.join(workspace, "kernel.o")

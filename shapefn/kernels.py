@@ -1,15 +1,17 @@
 """TVM-compiled kernels for hand-built VM programs (benchmarks, demo, tests).
 
 Each function returns a TIR PrimFunc with symbolic sizes; ``build`` compiles
-a dict of them into one host (LLVM) library whose functions the VM calls.
+a dict of them into one library whose functions the VM calls.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Collection, Mapping
 
 import tvm
 from tvm import te, tirx
 from tvm.script import tirx as T
+
+from .compiler import target_schedule
 
 
 def _sizes(prefix: str, ndim: int) -> list:
@@ -100,10 +102,13 @@ def nonzero_1d(dtype: str = "float32") -> tirx.PrimFunc:
     return func
 
 
-def build(funcs: Mapping[str, tirx.PrimFunc], target: str = "llvm"):
-    """Compiles ``{name: PrimFunc}`` into one TVM runtime library."""
-    mod = tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in funcs.items()})
-    return tvm.compile(mod, target=target)
+def build(funcs: Mapping[str, tirx.PrimFunc], target="llvm", host: Collection[str] = ()):
+    """Compiles ``{name: PrimFunc}`` into one TVM runtime library, each
+    kernel scheduled for ``target`` (a GPU target: on the device, but for
+    those named in ``host``)."""
+    target = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
+    scheduled = target_schedule.schedule(funcs, target, host)
+    return tvm.tirx.build(scheduled.module, target)
 
 
 def concat(num_inputs: int, ndim: int, axis: int, dtype: str = "float32") -> tirx.PrimFunc:

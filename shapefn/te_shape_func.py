@@ -37,6 +37,7 @@ import tvm_ffi
 from tvm import te, tirx
 
 from . import config, kernel_cache
+from .compiler import target_schedule
 from .errors import DataDependenceError, OverDeclaredWarning
 
 Signature = list[tuple[str, int]]
@@ -469,5 +470,6 @@ def _target() -> tvm.target.Target:
 
 
 def _load_or_build(prim_func: tirx.PrimFunc, directory: Path) -> tvm_ffi.Function:
-    library, _ = kernel_cache.build(tvm.IRModule({_ENTRY_NAME: prim_func}), _target(), directory)
+    scheduled = target_schedule.schedule({_ENTRY_NAME: prim_func}, _target())
+    library, _ = kernel_cache.build(scheduled.module, _target(), scheduled.version, directory)
     return library[_ENTRY_NAME]

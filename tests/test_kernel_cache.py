@@ -5,10 +5,13 @@ Relax VM."""
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from tvm import relax, tirx
+from tvm.s_tir import dlight
+from tvm.script import tirx as T
 
 import shapefn
-from shapefn import kernel_cache
+from shapefn import kernel_cache, kernels
 
 
 @pytest.fixture
@@ -44,15 +47,19 @@ def run(exe, *args):
     return shapefn.VirtualMachine(exe, shapefn.sim(strict=True))(*args).numpy()
 
 
-def compile_counting(mod):
+def compile_counting(mod, device="sim"):
     before = kernel_cache.stats()
-    exe = shapefn.compile(mod, "sim")
+    exe = shapefn.compile(mod, device)
     after = kernel_cache.stats()
     return exe, after.misses - before.misses, after.hits - before.hits
 
 
 def object_entries(cache_dir):
     return sorted((cache_dir / "kernels" / "objects").glob("*.o"))
+
+
+def library_entries(cache_dir):
+    return sorted((cache_dir / "kernels" / "libraries").glob("*.so"))
 
 
 def test_second_compile_builds_no_kernel(cache_dir):
@@ -161,3 +168,47 @@ def test_pass_options_are_part_of_the_key(cache_dir):
     assert not any(b"Mismatched type on argument" in p.read_bytes() for p in unchecked)
     x = np.random.default_rng(8).standard_normal((2, 8)).astype("float32")
     np.testing.assert_allclose(run(exe, x), relax_vm(chain(), x), rtol=1e-5, atol=1e-6)
+
+
+def test_gpu_build_is_one_cached_library(cache_dir):
+    """For a GPU target the module is compiled whole (device code cannot be
+    carried by objects) and its library cached; the CPU build of the same
+    module is other entries."""
+    _, built, _ = compile_counting(chain(), "opencl")
+    assert built > 0 and not object_entries(cache_dir) and len(library_entries(cache_dir)) == 1
+    exe, rebuilt, reused = compile_counting(chain(), "opencl")
+    assert (rebuilt, reused) == (0, built)
+    assert exe._library.imports[0].kind == "opencl"
+    _, cpu_built, _ = compile_counting(chain())
+    assert cpu_built > 0 and len(library_entries(cache_dir)) == 2
+
+
+def test_gpu_library_without_its_runtime_is_cached_and_returned_as_built(cache_dir):
+    """No CUDA runtime here: the library is written for a machine that has
+    one, and the module as built (inspectable, not runnable) is returned."""
+    if tvm_ffi.get_global_func("ffi.Module.load_from_bytes.cuda", allow_missing=True) is not None:
+        pytest.skip("this process has a CUDA runtime")
+    exe, built, _ = compile_counting(chain(), "cuda")
+    (library,) = library_entries(cache_dir)
+    assert built > 0 and exe._library_path == library
+    assert [m.kind for m in exe._library.imports] == ["cuda"]
+
+
+@T.prim_func
+def packed_call_in_a_thread(x: T.Buffer((8,), "float32")):
+    for i in T.thread_binding(8, thread="threadIdx.x"):
+        T.evaluate(T.call_packed("test.host_only", x.data))
+
+
+def test_gpu_build_failure_names_the_kernel(cache_dir):
+    """One kernel TVM cannot build fails the module's build: the error names
+    it (found by building each kernel alone), not the others."""
+    target = tvm.target.Target("opencl", host="llvm")
+    good = tvm.IRModule({"scale": kernels.scale()})
+    with target:
+        good = dlight.ApplyDefaultSchedule(dlight.gpu.Fallback())(good)
+    mod = tvm.IRModule({"bad": packed_call_in_a_thread.with_attr("target", target),
+                        "scale": good["scale"].with_attr("target", target)})
+    with pytest.raises(RuntimeError, match=r"TVM cannot build kernel\(s\) bad for opencl"):
+        kernel_cache.build(mod, target)
+    assert not library_entries(cache_dir)

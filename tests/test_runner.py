@@ -252,7 +252,7 @@ def test_runner_loads_no_python(runner, saved_models, tmp_path):
     ([], "no executable given"),
     (["m.sfx", "--output-dir", "out"], "--device is required"),
     (["m.sfx", "--device", "sim"], "--output-dir is required"),
-    (["m.sfx", "--device", "gpu", "--output-dir", "out"], "--device must be 'sim' or 'host', got 'gpu'"),
+    (["m.sfx", "--device", "gpu", "--output-dir", "out"], "--device must be 'sim', 'host' or 'opencl[:N]', got 'gpu'"),
     (["m.sfx", "--device", "sim", "--output-dir", "out", "--repeat", "0"], "--repeat takes a positive integer"),
     (["m.sfx", "--device", "sim", "--output-dir", "out", "--repeat", "3x"], "--repeat takes a positive integer"),
     (["m.sfx", "--device", "sim", "--output-dir", "out", "--input"], "--input needs a value"),

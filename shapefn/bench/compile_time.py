@@ -37,7 +37,7 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
-from .. import config, kernel_cache
+from .. import config
 from ..compiler.codegen import ModuleCodegen
 from ..compiler.lower_dynamic import lower_dynamic_ops
 from . import timing
@@ -133,13 +133,11 @@ def _compile_phases(mod: tvm.IRModule, device: str, count_calls: bool) -> dict:
     start = time.perf_counter()
     codegen = ModuleCodegen(lowered, all_host=(device == "host"))
     program = codegen.run()
-    kernels = {gv.name_hint: f for gv, f in lowered.functions.items()
-               if isinstance(f, tvm.tirx.PrimFunc) and gv.name_hint in codegen.kernels}
     phases["codegen"] = time.perf_counter() - start
 
     start = time.perf_counter()
     target = _compile_module._target_for(device, None)
-    library, _ = kernel_cache.build(tvm.IRModule(kernels), target) if kernels else (None, None)
+    library, _ = _compile_module.build_kernels(lowered, codegen, target)
     kernel_seconds = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -147,7 +145,7 @@ def _compile_phases(mod: tvm.IRModule, device: str, count_calls: bool) -> dict:
     phases["codegen"] += time.perf_counter() - start  # (verifying the bytecode)
 
     result = {"seconds": sum(phases.values()), "kernel_seconds": kernel_seconds, "phases": phases,
-              "relax_pass_seconds": passes.seconds, "kernels": len(kernels),
+              "relax_pass_seconds": passes.seconds, "kernels": len(codegen.kernels),
               "instructions": exe.as_text().count("\n  ")}
     if count_calls:
         result["python_calls"] = {

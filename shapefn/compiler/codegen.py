@@ -56,11 +56,22 @@ class _Scope:
 
 
 class ModuleCodegen:
-    def __init__(self, mod: tvm.IRModule, all_host: bool):
+    """Bytecode for every Relax function of ``mod``; ``kernels`` then maps
+    each kernel name the program invokes to its PrimFunc's name in ``mod``,
+    and ``host_kernels`` holds the names invoked on the host.
+
+    With ``separate_host_kernels`` (a GPU target: a kernel's host and device
+    builds differ), a PrimFunc invoked on the host is named apart from its
+    device build (``<name>_host``), so one library can hold both."""
+
+    def __init__(self, mod: tvm.IRModule, all_host: bool, separate_host_kernels: bool = False):
         self.mod = mod
         self.all_host = all_host
+        self.separate_host_kernels = separate_host_kernels
         self.program = ProgramBuilder()
-        self.kernels: set[str] = set()
+        self.kernels: dict[str, str] = {}
+        self.host_kernels: set[str] = set()
+        self._host_names: dict[str, str] = {}
         self._constants: dict[tuple[int, str], int] = {}
 
     def run(self) -> ProgramBuilder:
@@ -72,6 +83,19 @@ class ModuleCodegen:
         for codegen in codegens:
             codegen.run()
         return self.program
+
+    def kernel_name(self, func_name: str, slot: str) -> str:
+        """The name under which the program invokes PrimFunc ``func_name`` on ``slot``."""
+        name = func_name
+        if slot == HOST and self.separate_host_kernels:
+            if func_name not in self._host_names:
+                taken = {gv.name_hint for gv in self.mod.functions} | set(self._host_names.values())
+                self._host_names[func_name] = _unique(f"{func_name}_host", taken)
+            name = self._host_names[func_name]
+        self.kernels[name] = func_name
+        if slot == HOST:
+            self.host_kernels.add(name)
+        return name
 
     def constant(self, const: tvm.ir.GenericConst, slot: str) -> int:
         k = (key(const), slot)
@@ -399,7 +423,7 @@ class _FunctionCodegen:
         if isinstance(op, relax.GlobalVar):
             callee = self.module.mod[op]
             if isinstance(callee, tirx.PrimFunc):
-                self.kernel(binding, op.name_hint, call.args)
+                self.kernel(binding, op.name_hint, call.args, prim_func=True)
                 return None
             dst = fb.reg()
             fb.emit("call", dst, op.name_hint, self.call_args(callee, call.args))
@@ -462,7 +486,8 @@ class _FunctionCodegen:
         if not holders:
             self.fb.kill(reg)
 
-    def kernel(self, binding, name: str, args) -> None:
+    def kernel(self, binding, name: str, args, prim_func: bool = False) -> None:
+        """Invokes kernel ``name`` (a PrimFunc of the module, or a tvm-ffi global function)."""
         slot = self.placement.kernel_slot.get(key(binding), DEVICE)
         regs = []
         for a in args:
@@ -472,7 +497,8 @@ class _FunctionCodegen:
                 regs.append(self.value(a))
             else:
                 raise CodegenError(f"kernel '{name}' argument {type(a).__name__} is not supported")
-        self.module.kernels.add(name)
+        if prim_func:
+            name = self.module.kernel_name(name, slot)
         self.fb.invoke_kernel(self.module.program.kernel(name), regs)
 
     def shape_func(self, call: relax.Call) -> Reg:

@@ -4,6 +4,12 @@ TVM does what it does well — legalization, fusion, TIR kernel generation —
 and shapefn adds what its VM needs: data-dependent ops lowered through the
 shape-function registry before legalization, placement of each tensor on
 host or device, and bytecode in place of TVM's VM code generation.
+
+The steps: lower data-dependent ops (``lower_dynamic.py``) -> TVM's Relax
+passes (``lower``) -> codegen, which places every tensor and kernel on host
+or device (``codegen.py``, ``placement.py``) -> scheduling each kernel for
+the processor it runs on (``target_schedule.py``) -> the kernel cache, which
+compiles and links them (``kernel_cache.py``).
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from tvm import relax
 
 from .. import kernel_cache
 from ..executable import Executable
+from . import target_schedule
 from .codegen import ModuleCodegen
 from .fold_constants import fold_constant_kernels
 from .lower_dynamic import lower_dynamic_ops
@@ -32,14 +39,23 @@ def _target_for(device: str, target) -> tvm.target.Target:
     return tvm.target.Target(kind, host=_HOST_TARGET)
 
 
-def lower(mod: tvm.IRModule) -> tvm.IRModule:
+def lower(mod: tvm.IRModule, target: tvm.target.Target | None = None) -> tvm.IRModule:
     """The Relax passes up to the point where shapefn's codegen takes over
-    (TVM's VM goes on with memory planning and VMShapeLower instead)."""
+    (TVM's VM goes on with memory planning and VMShapeLower instead), for
+    kernels of ``target`` (default: the CPU)."""
+    target = target if target is not None else tvm.target.Target(_HOST_TARGET)
+    # Some of TVM's legalizations (and shapefn's) depend on the target: they
+    # read it from the context.
+    with target:
+        return _passes(target_schedule.is_gpu(target))(mod)
+
+
+def _passes(gpu: bool) -> tvm.transform.Pass:
     return tvm.transform.Sequential([
         # Folds match_casts made redundant by lowering (their sizes substituted
         # everywhere); FuseTIR would otherwise drop them and leave sizes undefined.
         relax.transform.CanonicalizeBindings(),
-        relax.transform.LegalizeOps(customize_legalize_map=legalize_map()),
+        relax.transform.LegalizeOps(customize_legalize_map=legalize_map(gpu)),
         relax.transform.AnnotateTIROpPattern(),
         tvm.transform.module_pass(lambda m, _: fold_constant_kernels(m), opt_level=0, name="FoldConstantKernels"),
         relax.transform.FoldConstant(),
@@ -51,7 +67,7 @@ def lower(mod: tvm.IRModule) -> tvm.IRModule:
         relax.transform.CallTIRRewrite(),
         relax.transform.KillAfterLastUse(),
         relax.transform.AttachGlobalSymbol(),
-    ])(mod)
+    ])
 
 
 @contextlib.contextmanager
@@ -83,14 +99,23 @@ def compile(mod: tvm.IRModule, device: str = "sim", *, target=None,
     if dependence not in ("per-input", "per-op"):
         raise ValueError(f"dependence must be 'per-input' or 'per-op', got {dependence!r}")
     tvm_target = _target_for(device, target)
+    gpu = target_schedule.is_gpu(tvm_target)
     with gc_paused():
-        lowered = lower(lower_dynamic_ops(mod))
-        codegen = ModuleCodegen(lowered, all_host=(device == "host"))
+        lowered = lower(lower_dynamic_ops(mod, gpu), tvm_target)
+        codegen = ModuleCodegen(lowered, all_host=(device == "host"), separate_host_kernels=gpu)
         program = codegen.run()
-        kernels = {gv.name_hint: f for gv, f in lowered.functions.items()
-                   if isinstance(f, tvm.tirx.PrimFunc) and gv.name_hint in codegen.kernels}
-        library, library_path = kernel_cache.build(tvm.IRModule(kernels), tvm_target) if kernels else (None, None)
+        library, library_path = build_kernels(lowered, codegen, tvm_target)
         exe = program.build(library=library)
     exe._library_path = library_path
     exe.default_dependence = dependence
     return exe
+
+
+def build_kernels(lowered: tvm.IRModule, codegen: ModuleCodegen, target: tvm.target.Target):
+    """The library of the PrimFuncs the program invokes (each scheduled for
+    the processor codegen placed it on) and its file; (None, None) if none."""
+    if not codegen.kernels:
+        return None, None
+    kernels = {name: lowered[func] for name, func in codegen.kernels.items()}
+    scheduled = target_schedule.schedule(kernels, target, host=codegen.host_kernels)
+    return kernel_cache.build(scheduled.module, target, scheduled.version)

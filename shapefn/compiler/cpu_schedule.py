@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 
+import tvm_ffi
 from tvm import s_tir, tirx
 
 # Part of every CPU kernel's cache key: a change here recompiles them.
@@ -32,6 +33,8 @@ _MIN_REDUCTION = 32
 
 def schedule(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """``func`` scheduled for the CPU, or ``func`` itself if no rule applies."""
+    if not _reduces(func):
+        return func  # most kernels: decided without building a Schedule (every compile schedules every kernel)
     sch = s_tir.Schedule(func)
     blocks = sch.get_child_blocks(sch.get_sblock("root")) if _has_root(func) else []
     spatial, reduce = tirx.IterVar.DataPar, tirx.IterVar.CommReduce
@@ -63,6 +66,20 @@ def schedule(func: tirx.PrimFunc) -> tirx.PrimFunc:
     sch.parallel(sch.fuse(*outer, row_tile) if outer else row_tile)
     sch.decompose_reduction(block, ks[0])  # (last: a vectorized loop over a split-off init is refused)
     return sch.mod["main"]
+
+
+def _reduces(func: tirx.PrimFunc) -> bool:
+    """Whether any block of ``func`` has a reduction iterator."""
+    found = []
+
+    def block(node):
+        if any(iv.iter_type == tirx.IterVar.CommReduce for iv in node.iter_vars):
+            found.append(node)
+            return tvm_ffi.WalkResult.SKIP
+        return None
+
+    tvm_ffi.structural_walk(func.body, [(s_tir.SBlock, block)], order="pre")
+    return bool(found)
 
 
 def _has_root(func: tirx.PrimFunc) -> bool:

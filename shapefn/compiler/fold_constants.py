@@ -16,6 +16,7 @@ import tvm
 from tvm import relax, tirx
 
 from .. import kernel_cache
+from . import target_schedule
 from .placement import is_tensor_const, key
 
 _CALL_TIR = "relax.call_tir"
@@ -26,8 +27,10 @@ def fold_constant_kernels(mod: tvm.IRModule) -> tvm.IRModule:
     if not foldable:
         return mod
     callees = {call.args[0].name_hint: mod[call.args[0]] for _, call in foldable}
+    host = tvm.target.Target("llvm")
     try:
-        library, _ = kernel_cache.build(tvm.IRModule(callees), tvm.target.Target("llvm"))
+        scheduled = target_schedule.schedule(callees, host)
+        library, _ = kernel_cache.build(scheduled.module, host, scheduled.version)
     except Exception:  # noqa: BLE001 - like TVM's pass: what does not build is left unfolded
         return mod
     folded = {}

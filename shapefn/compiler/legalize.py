@@ -9,11 +9,14 @@ TVM's are slow to compile there (see ``legalize_concat`` and
 """
 from __future__ import annotations
 
+import functools
+
 from tvm import ir, relax, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from .dyn_kernels import legalize_broadcast_to, legalize_resize2d
+from .target_schedule import kernel_form
 
 # TVM's concat reads element j from a chain of selects whose conditions and
 # indices are prefix sums of the inputs' extents: with symbolic extents
@@ -30,9 +33,12 @@ SEQUENTIAL_CONCAT_MIN_SYMBOLIC_INPUTS = 4
 SEQUENTIAL_CONCAT_MAX_INPUTS = 8
 
 
-def legalize_map() -> dict:
+def legalize_map(gpu: bool = False) -> dict:
+    """shapefn's legalizations; ``gpu``: with the GPU forms of its kernels
+    (``target_schedule.kernel_form``)."""
     return {"relax.broadcast_to": legalize_broadcast_to, "relax.image.resize2d": legalize_resize2d,
-            "relax.concat": legalize_concat, "relax.scatter_elements": legalize_scatter_elements}
+            "relax.concat": functools.partial(legalize_concat, gpu=gpu),
+            "relax.scatter_elements": functools.partial(legalize_scatter_elements, gpu=gpu)}
 
 
 def sequential_concat(num_inputs: int, ndim: int, axis: int, dtype: str) -> tirx.PrimFunc:
@@ -60,7 +66,7 @@ def sequential_concat(num_inputs: int, ndim: int, axis: int, dtype: str) -> tirx
     return ib.get()
 
 
-def legalize_concat(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+def legalize_concat(bb: relax.BlockBuilder, call: relax.Call, gpu: bool = False) -> relax.Expr:
     """``relax.concat`` through ``sequential_concat`` kernels when at least
     ``SEQUENTIAL_CONCAT_MIN_SYMBOLIC_INPUTS`` inputs have a symbolic extent
     along the axis; TVM's legalization otherwise."""
@@ -78,23 +84,23 @@ def legalize_concat(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     group = SEQUENTIAL_CONCAT_MAX_INPUTS
     tensors = list(fields.fields)
     while len(tensors) > group:
-        tensors = [_concat_call(bb, tensors[i:i + group], axis, dtype)
+        tensors = [_concat_call(bb, tensors[i:i + group], axis, dtype, gpu)
                    for i in range(0, len(tensors), group)]
-    return relax.call_tir(_kernel(bb, len(tensors), ndim, axis, dtype), tensors, out_type)
+    return relax.call_tir(_kernel(bb, len(tensors), ndim, axis, dtype, gpu), tensors, out_type)
 
 
-def _concat_call(bb: relax.BlockBuilder, tensors: list, axis: int, dtype: str) -> relax.Expr:
+def _concat_call(bb: relax.BlockBuilder, tensors: list, axis: int, dtype: str, gpu: bool) -> relax.Expr:
     """A variable bound to the sequential concat of ``tensors`` (one tensor as is)."""
     if len(tensors) == 1:
         return tensors[0]
     dims = list(tensors[0].ty.shape.values)
     dims[axis] = sum((t.ty.shape.values[axis] for t in tensors[1:]), dims[axis])
-    return bb.emit(relax.call_tir(_kernel(bb, len(tensors), len(dims), axis, dtype), tensors,
+    return bb.emit(relax.call_tir(_kernel(bb, len(tensors), len(dims), axis, dtype, gpu), tensors,
                                   relax.TensorType(dims, dtype)))
 
 
-def _kernel(bb: relax.BlockBuilder, num_inputs: int, ndim: int, axis: int, dtype: str) -> relax.GlobalVar:
-    return bb.add_func(sequential_concat(num_inputs, ndim, axis, dtype), "concat")
+def _kernel(bb: relax.BlockBuilder, num_inputs: int, ndim: int, axis: int, dtype: str, gpu: bool) -> relax.GlobalVar:
+    return bb.add_func(kernel_form(sequential_concat, gpu)(num_inputs, ndim, axis, dtype), "concat")
 
 
 _SCATTER_REDUCTIONS = {
@@ -149,7 +155,7 @@ def scatter_elements(ndim: int, axis: int, reduction: str, dtype: str, index_dty
     return ib.get()
 
 
-def legalize_scatter_elements(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+def legalize_scatter_elements(bb: relax.BlockBuilder, call: relax.Call, gpu: bool = False) -> relax.Expr:
     """``relax.scatter_elements`` through ``scatter_elements`` when the rank
     and dtypes are known; TVM's legalization otherwise."""
     data, indices, updates = call.args
@@ -157,8 +163,8 @@ def legalize_scatter_elements(bb: relax.BlockBuilder, call: relax.Call) -> relax
     if not all(known) or call.ty.shape is None or str(call.attrs.reduction) not in _SCATTER_REDUCTIONS:
         return _default_legalization(bb, call)
     ndim = data.ty.ndim
-    kernel = scatter_elements(ndim, int(call.attrs.axis) % ndim, str(call.attrs.reduction),
-                              str(data.ty.dtype), str(indices.ty.dtype))
+    kernel = kernel_form(scatter_elements, gpu)(ndim, int(call.attrs.axis) % ndim, str(call.attrs.reduction),
+                                                str(data.ty.dtype), str(indices.ty.dtype))
     return relax.call_tir(bb.add_func(kernel, "scatter_elements"), [data, indices, updates], call.ty)
 
 

@@ -6,16 +6,23 @@ mask says), a ``match_cast`` binding fresh size variables, and a kernel whose
 output carries those variables. Count-sized ops (nonzero, unique, NMS) get an
 upper bound, a kernel that writes a count, a read of that count alone, and a
 view of the exact result. Everything else is left to TVM.
+
+For a GPU target the kernels are shapefn's GPU forms where there are some
+(``target_schedule.kernel_form``), top-k kernels made by ``shapefn.ops``
+before the target was known included.
 """
 from __future__ import annotations
+
+import re
 
 import tvm
 import tvm_ffi
 from tvm import relax
 
 from .. import kernels
-from . import count_kernels
+from . import count_kernels, dyn_kernels
 from .shape_calls import emit_count, emit_shape, emit_view
+from .target_schedule import kernel_form
 
 _FROM_TENSOR_TO_SHAPE = {"relax.reshape", "relax.full", "relax.zeros", "relax.ones", "relax.broadcast_to",
                          "relax.image.resize2d"}
@@ -51,9 +58,10 @@ def _ndim(expr: relax.Expr) -> int:
 
 @relax.expr_functor.mutator
 class _Lowering(relax.PyExprMutator):
-    def __init__(self, mod: tvm.IRModule):
+    def __init__(self, mod: tvm.IRModule, gpu: bool):
         super().__init__(mod)
         self._mod = mod
+        self._gpu = gpu
         self._kernels: dict[str, relax.GlobalVar] = {}
         self._seen: list[dict] = [{}]  # per scope: count-sized call -> its lowered value
 
@@ -61,6 +69,10 @@ class _Lowering(relax.PyExprMutator):
         for gv, func in self._mod.functions.items():
             if isinstance(func, relax.Function):
                 self.builder_.update_func(gv, self.visit_expr(func))
+            elif self._gpu and isinstance(func, tvm.tirx.PrimFunc):
+                gpu_form = _gpu_topk(gv.name_hint, func)
+                if gpu_form is not None:
+                    self.builder_.update_func(gv, gpu_form)
         return self.builder_.get()
 
     def _kernel(self, name: str, func) -> relax.GlobalVar:
@@ -215,7 +227,8 @@ class _Lowering(relax.PyExprMutator):
         (data,) = call.args
         ndim, dtype = _ndim(data), _dtype(data)
         ((rows, upper),) = emit_shape(bb, "relax.nonzero", [data], [2], prefix="nonzero")
-        kernel = self._kernel(f"shapefn_nonzero_{ndim}d_{dtype}", count_kernels.nonzero(ndim, dtype))
+        kernel = self._kernel(f"shapefn_nonzero_{ndim}d_{dtype}",
+                              kernel_form(count_kernels.nonzero, self._gpu)(ndim, dtype))
         result = bb.emit(relax.call_tir(kernel, [data], [relax.TensorType([rows, upper], "int64"),
                                                          relax.TensorType([1], "int64")]))
         count = emit_count(bb, bb.emit(relax.TupleGetItem(result, 1)), "nonzero")
@@ -230,7 +243,8 @@ class _Lowering(relax.PyExprMutator):
         shapes = emit_shape(bb, "relax.unique", [data], [1, 1, 1, 1], prefix="unique")
         (upper,), (numel,) = shapes[0], shapes[2]
         ndim = _ndim(data)
-        kernel = self._kernel(f"shapefn_unique_{ndim}d_{dtype}", count_kernels.unique(dtype, ndim=ndim))
+        kernel = self._kernel(f"shapefn_unique_{ndim}d_{dtype}",
+                              kernel_form(count_kernels.unique, self._gpu)(dtype, ndim))
         result = bb.emit(relax.call_tir(kernel, [data], [
             relax.TensorType([upper], dtype), relax.TensorType([upper], "int64"),
             relax.TensorType([numel], "int64"), relax.TensorType([upper], "int64"),
@@ -251,7 +265,8 @@ class _Lowering(relax.PyExprMutator):
             raise NotImplementedError("shapefn lowers all_class_non_max_suppression with output_format='onnx'")
         ((upper, three),) = emit_shape(bb, "relax.vision.all_class_non_max_suppression",
                                        [boxes, scores, max_out, iou, score_threshold], [2], prefix="nms")
-        kernel = self._kernel("shapefn_non_max_suppression", count_kernels.non_max_suppression())
+        kernel = self._kernel("shapefn_non_max_suppression",
+                              kernel_form(count_kernels.non_max_suppression, self._gpu)())
         args = [boxes, scores] + [_as_vector(bb, v, d) for v, d in ((max_out, "int64"), (iou, "float32"),
                                                                        (score_threshold, "float32"))]
         result = bb.emit(relax.call_tir(kernel, args, [relax.TensorType([upper, three], "int64"),
@@ -275,6 +290,25 @@ def _as_vector(bb: relax.BlockBuilder, value: relax.Expr, dtype: str) -> relax.E
     return value
 
 
-def lower_dynamic_ops(mod: tvm.IRModule) -> tvm.IRModule:
-    """The module with every data-dependent op lowered through the registry."""
-    return _Lowering(mod).run()
+# How ``shapefn.ops.topk`` names its kernels.
+_TOPK_NAME = re.compile(r"shapefn_topk_(\d+)d_(\d+)_(\w+)_([01])([01])")
+
+
+def _gpu_topk(name: str, func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc | None:
+    """The GPU form of a top-k kernel ``shapefn.ops.topk`` put in the module
+    (recognised by its name, confirmed by its structure), if there is one."""
+    match = _TOPK_NAME.fullmatch(name)
+    gpu_form = kernel_form(dyn_kernels.topk, gpu=True)
+    if match is None or gpu_form is dyn_kernels.topk:
+        return None
+    ndim, axis, dtype, largest, is_sorted = match.groups()
+    args = (int(ndim), int(axis), dtype, largest == "1", is_sorted == "1")
+    if not tvm_ffi.structural_equal(func, dyn_kernels.topk(*args)):
+        return None
+    return gpu_form(*args)
+
+
+def lower_dynamic_ops(mod: tvm.IRModule, gpu: bool = False) -> tvm.IRModule:
+    """The module with every data-dependent op lowered through the registry;
+    ``gpu``: with the kernels' GPU forms."""
+    return _Lowering(mod, gpu).run()

@@ -6,6 +6,10 @@ what is computed from them) stays on the host, so that values a shape
 function reads never cross from the device. A value the device produced is
 read back only where a shape function needs it.
 
+A kernel written for GPU threads runs on the device whatever its inputs,
+unless it has a host form (shapefn's GPU kernel forms name their CPU forms,
+``target_schedule.host_form``).
+
 Runs on Relax after TVM's ``CallTIRRewrite``: kernels are calls of PrimFuncs
 with explicit output tensors allocated just before.
 """
@@ -15,6 +19,8 @@ from dataclasses import dataclass, field
 
 import tvm
 from tvm import relax
+
+from .target_schedule import host_form
 
 HOST, DEVICE = "host", "device"
 ALLOC_TENSOR = "relax.builtin.alloc_tensor"
@@ -88,6 +94,13 @@ def place(func: relax.Function, mod: tvm.IRModule, all_host: bool) -> Placement:
     allocated: set[int] = set()
     written: set[int] = set()
     constants: set[int] = set()
+    host_build: dict[str, bool] = {}  # PrimFunc name -> has a host form
+
+    def has_host_build(callee: relax.GlobalVar) -> bool:
+        if callee.name_hint not in host_build:
+            host_build[callee.name_hint] = host_form(mod[callee]) is not None
+        return host_build[callee.name_hint]
+
     for binding in _bindings(func.body):
         var, value = binding.var, binding.value
         if is_tensor_const(value):
@@ -125,7 +138,8 @@ def place(func: relax.Function, mod: tvm.IRModule, all_host: bool) -> Placement:
             is_prim_func and outputs
             and all(is_integer_tensor(o.ty) or is_small_tensor(o.ty) for o in outputs)
             and all(is_tensor_const(a) or key(a) in constants or p.slot.get(key(a)) == HOST
-                    for a in inputs))
+                    for a in inputs)
+            and has_host_build(op))
         slot = HOST if on_host else DEVICE
         p.kernel_slot[key(binding)] = slot
         for o in outputs:

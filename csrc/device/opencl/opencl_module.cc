@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "device/modules/device_module_blob.h"
 #include "device/opencl/opencl_runtime.h"
 #include "shapefn/error.h"
 
@@ -36,43 +37,6 @@ struct KernelSpec {
 };
 
 constexpr int kDynamicLocalMemory = 6;
-
-// Reads the serialized module: little-endian u64 lengths and counts.
-class BlobReader {
- public:
-  BlobReader(const char* data, size_t size) : data_(data), size_(size) {}
-  uint64_t U64() {
-    uint64_t v = 0;
-    Take(&v, sizeof(v));
-    return v;
-  }
-  std::string String() {
-    uint64_t n = Count(1);
-    std::string s(n, '\0');
-    Take(s.data(), n);
-    return s;
-  }
-  // A count of items of at least `item_bytes` each that the rest can hold.
-  uint64_t Count(size_t item_bytes) {
-    uint64_t n = U64();
-    if (n > (size_ - pos_) / item_bytes) Malformed("a count of " + std::to_string(n) + " runs past the end");
-    return n;
-  }
-  void Take(void* out, size_t n) {
-    if (n > size_ - pos_) Malformed("it ends early");
-    std::memcpy(out, data_ + pos_, n);
-    pos_ += n;
-  }
-  bool done() const { return pos_ == size_; }
-  [[noreturn]] static void Malformed(const std::string& why) {
-    Fail(ErrorKind::kFormat, "not an OpenCL module of TVM's codegen (the format this shapefn reads): " + why);
-  }
-
- private:
-  const char* data_;
-  size_t size_;
-  size_t pos_ = 0;
-};
 
 int LaunchSlot(const std::string& tag, const std::string& kernel) {
   static const std::pair<const char*, int> kTags[] = {
@@ -285,41 +249,26 @@ class OpenCLModule final : public tvm::ffi::ModuleObj {
 };
 
 tvm::ffi::Module LoadOpenCLModule(const tvm::ffi::Bytes& bytes) {
-  BlobReader in(bytes.data(), bytes.size());
-  std::string format = in.String();
-  if (format != "cl") {
-    Fail(ErrorKind::kFormat, "an OpenCL module in format '" + format +
+  DeviceModuleBlob blob = ParseDeviceModule(bytes.data(), bytes.size());
+  if (blob.format != "cl") {
+    Fail(ErrorKind::kFormat, "an OpenCL module in format '" + blob.format +
                                  "': shapefn's OpenCL runtime loads OpenCL C source modules ('cl') only");
   }
   std::map<std::string, KernelSpec> kernels;
-  const uint64_t n = in.Count(8);
-  for (uint64_t f = 0; f < n; ++f) {
-    std::string key = in.String();
+  for (DeviceKernelInfo& k : blob.kernels) {
     KernelSpec spec;
-    spec.name = in.String();
-    const uint64_t n_types = in.Count(4);
-    for (uint64_t i = 0; i < n_types; ++i) {
-      uint8_t code = 0, bits = 0;
-      uint16_t lanes = 0;
-      in.Take(&code, 1);
-      in.Take(&bits, 1);
-      in.Take(&lanes, 2);
-      if (lanes != 1) Fail(ErrorKind::kFormat, "kernel '" + spec.name + "' takes a vector argument");
-      spec.arg_types.push_back(DLDataType{code, bits, lanes});
+    spec.name = k.name;
+    for (const DLDataType& t : k.arg_types) {
+      if (t.lanes != 1) Fail(ErrorKind::kFormat, "kernel '" + k.name + "' takes a vector argument");
     }
-    const uint64_t n_tags = in.Count(8);
-    for (uint64_t i = 0; i < n_tags; ++i) spec.launch_slots.push_back(LaunchSlot(in.String(), spec.name));
-    const uint64_t n_extra = in.Count(4);
-    for (uint64_t i = 0; i < n_extra; ++i) {
-      int32_t tag = 0;
-      in.Take(&tag, 4);
-      if (tag != 0) Fail(ErrorKind::kFormat, "kernel '" + spec.name + "' has an argument tag shapefn's OpenCL runtime does not support");
+    spec.arg_types = std::move(k.arg_types);
+    for (const std::string& tag : k.launch_tags) spec.launch_slots.push_back(LaunchSlot(tag, spec.name));
+    for (int32_t tag : k.arg_extra_tags) {
+      if (tag != 0) Fail(ErrorKind::kFormat, "kernel '" + k.name + "' has an argument tag shapefn's OpenCL runtime does not support");
     }
-    kernels.emplace(std::move(key), std::move(spec));
+    kernels.emplace(std::move(k.key), std::move(spec));
   }
-  std::string source = in.String();
-  if (!in.done()) BlobReader::Malformed("bytes follow the source");
-  auto module = tvm::ffi::make_object<OpenCLModule>(std::string(bytes.data(), bytes.size()), std::move(source),
+  auto module = tvm::ffi::make_object<OpenCLModule>(std::string(bytes.data(), bytes.size()), std::move(blob.code),
                                                     std::move(kernels));
   return tvm::ffi::Module(module);
 }

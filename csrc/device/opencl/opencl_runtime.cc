@@ -258,14 +258,13 @@ cl_mem Runtime::KernelArgument(const void* address) {
   return sub;
 }
 
-void Runtime::ReapUploads(Device& d, bool all) {
+void Runtime::ReapUploads(Device& d) {
   auto& uploads = d.uploads;
   size_t kept = 0;
   for (auto& upload : uploads) {
+    // Asked even after a sync: another thread may have enqueued a write since.
     cl_int status = CL_COMPLETE;
-    if (!all) {
-      api_->clGetEventInfo(upload.first, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status, nullptr);
-    }
+    api_->clGetEventInfo(upload.first, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status, nullptr);
     // Negative: the command failed; its memory is no longer read either.
     if (status <= CL_COMPLETE) {
       api_->clReleaseEvent(upload.first);
@@ -300,7 +299,7 @@ void Runtime::Write(void* device_dst, const void* host_src, size_t nbytes) {
         DeviceName(r.device) + ": a copy of " + std::to_string(nbytes) + " bytes to the device");
   {
     std::lock_guard<std::mutex> lock(d.uploads_mutex);
-    ReapUploads(d, false);
+    ReapUploads(d);
     d.uploads.emplace_back(done, std::move(staged));
   }
   std::lock_guard<std::mutex> lock(d.counts_mutex);
@@ -348,7 +347,7 @@ void Runtime::Sync(int device) {
   Check(api_->clFinish(queue(device)), DeviceName(device) + ": waiting for the device (clFinish)");
   {
     std::lock_guard<std::mutex> lock(d.uploads_mutex);
-    ReapUploads(d, true);
+    ReapUploads(d);
   }
   std::lock_guard<std::mutex> lock(d.counts_mutex);
   d.counts.syncs += 1;

@@ -92,7 +92,8 @@ class Runtime {
   Device& state(int device) const;
   // The allocation holding `address` (mutex_ held) or nullptr.
   const Allocation* Find(uintptr_t address, uintptr_t* base) const;
-  void ReapUploads(Device& d, bool all);
+  // Frees the staging buffers of the writes that have completed.
+  void ReapUploads(Device& d);
 
   const ClApi* api_ = nullptr;
   std::string unavailable_reason_;

@@ -1,0 +1,432 @@
+"""Kernels scheduled for the processor they run on (compiler/target_schedule.py).
+
+Compiled for CUDA and OpenCL, every kernel a program invokes on the device
+is device code of the library's device module and every kernel placed on
+the host is host code of the same library; CUDA's device code compiles with
+nvcc (no GPU here: built, not run), OpenCL's programs run on a real device
+against numpy. Kernels no GPU schedule applies to run in one GPU thread, a
+kernel that cannot run on the device is refused by name, and CPU targets
+keep the CPU schedule."""
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import types
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm import relax, tirx
+from tvm.script import relax as R
+from tvm.script import tirx as T
+
+import shapefn
+from conftest import opencl
+from shapefn import kernels, ops
+from shapefn.compiler import count_kernels, cpu_schedule, dyn_kernels, legalize, target_schedule
+from shapefn.compiler.codegen import ModuleCodegen
+from shapefn.compiler.compile import lower
+from shapefn.compiler.lower_dynamic import lower_dynamic_ops
+
+GPU_KINDS = ["cuda", "opencl"]
+
+
+def sym(name):
+    return tirx.Var(name, "int64")
+
+
+def module(params, body):
+    """``main(*params)`` whose body ``body(bb, *vars)`` returns the output."""
+    bb = relax.BlockBuilder()
+    vars_ = [relax.Var(name, relax.TensorType(shape, dtype)) for name, shape, dtype in params]
+    with bb.function("main", vars_):
+        bb.emit_func_output(body(bb, *vars_))
+    return bb.get()
+
+
+WEIGHT = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+
+
+def elementwise():
+    return module([("x", [sym("n"), 8], "float32")], lambda bb, x: relax.op.add(
+        relax.op.multiply(relax.op.exp(x), relax.const(2.0, "float32")), relax.const(1.0, "float32")))
+
+
+def matmul():
+    return module([("x", [sym("n"), 64], "float32")], lambda bb, x: relax.op.matmul(x, relax.const(WEIGHT)))
+
+
+def reduction():
+    return module([("x", [sym("n"), 100], "float32")], lambda bb, x: relax.op.sum(x, axis=[1]))
+
+
+@tvm.script.ir_module
+class SliceNonzero:
+    """The README's profiling example: the slice's begin is computed on the
+    device, its end from the input's shape on the host."""
+
+    @R.function
+    def main(x: R.Tensor(("n", "m"), "float32"), offset: R.Tensor((2,), "int64")):
+        begin = R.add(offset, R.const(1, "int64"))
+        end = R.shape_to_tensor(R.shape_of(x))
+        y = R.dynamic_strided_slice(x, begin, end, R.ones(R.shape([2]), "int64"))
+        return R.nonzero(y)
+
+
+@tvm.script.ir_module
+class SharedKernel:
+    """One ``add`` kernel invoked on the device (on ``offset``) and on the
+    host (on the shape of ``x``)."""
+
+    @R.function
+    def main(x: R.Tensor(("n", "m"), "float32"), offset: R.Tensor((2,), "int64")):
+        begin = R.add(offset, R.const(1, "int64"))
+        end = R.add(R.shape_to_tensor(R.shape_of(x)), R.const(1, "int64"))
+        return R.dynamic_strided_slice(x, begin, end, R.ones(R.shape([2]), "int64"))
+
+
+def slice_nonzero_reference(x, offset):
+    return np.stack(np.nonzero(x[offset[0] + 1:, offset[1] + 1:]))
+
+
+# Name, module, inputs, reference.
+PROGRAMS = {
+    "elementwise": (elementwise, lambda rng: [rng.standard_normal((5, 8)).astype(np.float32)],
+                    lambda x: np.exp(x) * 2 + 1),
+    "matmul": (matmul, lambda rng: [rng.standard_normal((7, 64)).astype(np.float32)], lambda x: x @ WEIGHT),
+    "reduction": (reduction, lambda rng: [rng.standard_normal((3, 100)).astype(np.float32)],
+                  lambda x: x.sum(axis=1)),
+    "slice_nonzero": (lambda: SliceNonzero,
+                      lambda rng: [rng.integers(-1, 2, (9, 12)).astype(np.float32), np.array([2, 4], np.int64)],
+                      slice_nonzero_reference),
+    "shared_kernel": (lambda: SharedKernel,
+                      lambda rng: [rng.standard_normal((6, 8)).astype(np.float32), np.array([1, 2], np.int64)],
+                      lambda x, offset: x[offset[0] + 1:, offset[1] + 1:]),
+}
+
+
+def host_kernels(mod, kind) -> set[str]:
+    """The kernels ``shapefn.compile(mod, kind)`` invokes on the host, by
+    name: codegen's placement, through the compiler's own steps."""
+    target = tvm.target.Target(kind, host="llvm")
+    codegen = ModuleCodegen(lower(lower_dynamic_ops(mod, gpu=True), target), all_host=False,
+                            separate_host_kernels=True)
+    codegen.run()
+    return codegen.host_kernels
+
+
+def device_module(exe, kind):
+    (device,) = exe._library.imports
+    assert device.kind == kind
+    return device
+
+
+def launched(source: str, name: str) -> bool:
+    """Whether the device source has a kernel TVM split off host function ``name``."""
+    return re.search(rf"\b{re.escape(name)}_kernel(_\d+)?\b", source) is not None
+
+
+def assert_device_and_host_code(exe, kind, host: set[str]):
+    assert host <= set(exe.kernel_names)
+    if host == set(exe.kernel_names):
+        assert not exe._library.imports  # no device code at all
+        return
+    source = device_module(exe, kind).inspect_source()
+    for name in exe.kernel_names:
+        assert exe._library.implements_function(name)  # the launcher, or the host kernel itself
+        assert launched(source, name) == (name not in host), name
+
+
+def assert_cuda_compiles(device):
+    """The CUDA source compiles to PTX (what TVM's runtime would JIT on a GPU machine)."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return
+    with tempfile.TemporaryDirectory(prefix="shapefn-cuda-") as directory:
+        path = os.path.join(directory, "kernels.cu")
+        with open(path, "w") as f:
+            f.write(device.inspect_source())
+        result = subprocess.run([nvcc, "--ptx", "-arch=sm_75", path, "-o", os.path.join(directory, "kernels.ptx")],
+                                capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("kind", GPU_KINDS)
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_device_kernels_are_device_code_and_host_kernels_host_code(name, kind):
+    make, _, _ = PROGRAMS[name]
+    exe = shapefn.compile(make(), kind)
+    host = host_kernels(make(), kind)
+    assert_device_and_host_code(exe, kind, host)
+    if kind == "cuda":
+        assert_cuda_compiles(device_module(exe, kind))
+
+
+def test_readme_example_splits_shape_arithmetic_from_device_work():
+    exe = shapefn.compile(SliceNonzero, "opencl")
+    assert sorted(exe.kernel_names) == ["add", "shape_to_tensor_host", "shapefn_nonzero_2d_float32",
+                                        "shapefn_strided_slice_2d_float32"]
+    assert_device_and_host_code(exe, "opencl", {"shape_to_tensor_host"})
+
+
+def test_one_kernel_on_host_and_device_is_built_for_each():
+    exe = shapefn.compile(SharedKernel, "cuda")
+    assert {"add", "add_host"} <= set(exe.kernel_names)
+    assert_device_and_host_code(exe, "cuda", {"shape_to_tensor_host", "add_host"})
+
+
+@opencl
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_programs_run_on_opencl(name, rng):
+    make, inputs, reference = PROGRAMS[name]
+    args = inputs(rng)
+    vm = shapefn.VirtualMachine(shapefn.compile(make(), "opencl"), "opencl")
+    np.testing.assert_allclose(vm(*args).numpy(), reference(*args), rtol=1e-5, atol=1e-4)
+
+
+def slice_to_the_end():
+    """``x[0:INT64_MAX]`` (ONNX's "to the end"): TVM's simplifier overflowed
+    on GPU schedules of its extent, ``min(INT64_MAX, n)``."""
+    return module([("x", [sym("n")], "float32")],
+                  lambda bb, x: relax.op.strided_slice(x, axes=[0], begin=[0], end=[2**63 - 1]))
+
+
+@pytest.mark.parametrize("kind", GPU_KINDS)
+def test_slice_to_the_end_builds_for_the_device(kind):
+    exe = shapefn.compile(slice_to_the_end(), kind)
+    assert_device_and_host_code(exe, kind, set())
+
+
+@opencl
+def test_slice_to_the_end_runs_on_opencl():
+    vm = shapefn.VirtualMachine(shapefn.compile(slice_to_the_end(), "opencl"), "opencl")
+    for n in (0, 5, 300):
+        x = np.arange(n, dtype=np.float32)
+        np.testing.assert_array_equal(vm(x).numpy(), x)
+
+
+# ------------------------------------------------------------ kernels without a GPU schedule
+@pytest.fixture
+def without_gpu_forms(monkeypatch):
+    """shapefn's kernels in their CPU forms only (as before gpu_kernels)."""
+    monkeypatch.setattr(target_schedule, "gpu_kernels", None)
+
+
+CPU_FORMS = {
+    "nonzero": count_kernels.nonzero(2, "float32"),
+    "unique": count_kernels.unique("float32", 1),
+    "non_max_suppression": count_kernels.non_max_suppression(0),
+    "topk": dyn_kernels.topk(2, 1, "float32", True, True),
+    "sequential_concat": legalize.sequential_concat(4, 2, 0, "float32"),
+    "scatter_elements": legalize.scatter_elements(2, 0, "add", "float32", "int64"),
+}
+
+
+@pytest.mark.parametrize("kind", GPU_KINDS)
+def test_kernels_without_a_gpu_schedule_run_in_one_thread(kind, caplog):
+    target = tvm.target.Target(kind, host="llvm")
+    with caplog.at_level(logging.WARNING, logger=target_schedule.__name__):
+        scheduled = target_schedule.schedule(CPU_FORMS, target)
+    assert sorted(scheduled.single_thread) == sorted(CPU_FORMS)
+    assert all(name in caplog.text for name in CPU_FORMS)
+    for name, func in scheduled.module.functions.items():
+        assert target_schedule.binds_threads(func), name.name_hint
+    library = tvm.tirx.build(scheduled.module, target)
+    (device,) = library.imports
+    source = device.inspect_source()
+    for name in CPU_FORMS:
+        assert set(re.findall(rf"\b{name}_kernel\w*", source)) == {f"{name}_kernel"}  # one launch
+    if kind == "cuda":
+        assert_cuda_compiles(device)
+
+
+@pytest.mark.parametrize("kind", GPU_KINDS)
+def test_single_thread_form_keeps_global_scratch_on_the_device(kind):
+    """NMS's scratch buffers (sized by the inputs) become device workspace
+    allocated before the launch: the kernel takes them as arguments."""
+    target = tvm.target.Target(kind, host="llvm")
+    scheduled = target_schedule.schedule({"nms": count_kernels.non_max_suppression(0)}, target)
+    source = tvm.tirx.build(scheduled.module, target).imports[0].inspect_source()
+    (signature,) = re.findall(r"nms_kernel\(([^)]*)\)\s*\{", source)
+    assert signature.count("*") == 9  # 7 parameters and the 2 scratch buffers
+
+
+@opencl
+def test_single_thread_kernels_run_on_opencl(without_gpu_forms, rng, caplog):
+    with caplog.at_level(logging.WARNING, logger=target_schedule.__name__):
+        exe = shapefn.compile(SliceNonzero, "opencl")
+    assert "shapefn_nonzero_2d_float32" in caplog.text
+    vm = shapefn.VirtualMachine(exe, "opencl")
+    for shape in [(9, 12), (1, 1), (30, 7)]:
+        x = rng.integers(-1, 2, shape).astype(np.float32)
+        offset = np.array([0, 0], np.int64)
+        np.testing.assert_array_equal(vm(x, offset).numpy(), slice_nonzero_reference(x, offset))
+
+
+@opencl
+def test_single_thread_nms_matches_its_cpu_build(rng, tmp_path):
+    func = count_kernels.non_max_suppression(0)
+    cpu = kernels.build({"nms": func})
+    kernels.build({"nms": func}, tvm.target.Target("opencl", host="llvm")).export_library(tmp_path / "nms.so")
+    gpu = tvm.runtime.load_module(str(tmp_path / "nms.so"))
+    corners = rng.uniform(0, 10, (1, 60, 2)).astype(np.float32)
+    boxes = np.concatenate([corners, corners + rng.uniform(1, 5, (1, 60, 2)).astype(np.float32)], axis=-1)
+    args = [boxes, rng.uniform(0, 1, (1, 3, 60)).astype(np.float32), np.array([10], np.int64),
+            np.array([0.5], np.float32), np.array([0.2], np.float32)]
+
+    def run(library, device):
+        tensors = [tvm.runtime.tensor(a, device) for a in args]
+        selected = tvm.runtime.tensor(np.full((180, 3), -1, np.int64), device)
+        count = tvm.runtime.tensor(np.zeros(1, np.int64), device)
+        library["nms"](*tensors, selected, count)
+        return selected.numpy()[:count.numpy()[0]]
+
+    want = run(cpu, tvm.cpu())
+    assert len(want) > 0
+    np.testing.assert_array_equal(run(gpu, tvm.opencl(0)), want)
+
+
+# ------------------------------------------------------------ shapefn's GPU kernel forms
+def fake_gpu_form(cpu_form):
+    """A thread-bound stand-in for a GPU form: ``cpu_form``'s kernel in one thread."""
+    def make(*args, **kwargs):
+        func = cpu_form(*args, **kwargs)
+        return target_schedule._single_thread(cpu_form.__name__, func)
+    make.__name__ = cpu_form.__name__
+    return make
+
+
+@pytest.fixture
+def fake_gpu_forms(monkeypatch):
+    forms = types.SimpleNamespace(nonzero=fake_gpu_form(count_kernels.nonzero), topk=fake_gpu_form(dyn_kernels.topk))
+    monkeypatch.setattr(target_schedule, "gpu_kernels", forms)
+    return forms
+
+
+def test_kernel_form_picks_the_gpu_form_for_gpu_targets_only(fake_gpu_forms):
+    gpu = target_schedule.kernel_form(count_kernels.nonzero, gpu=True)(2, "float32")
+    assert tvm_ffi.structural_equal(gpu.without_attr(target_schedule.HOST_FORM), fake_gpu_forms.nonzero(2, "float32"))
+    assert tvm_ffi.structural_equal(target_schedule.host_form(gpu), count_kernels.nonzero(2, "float32"))
+    assert target_schedule.kernel_form(count_kernels.nonzero, gpu=False) is count_kernels.nonzero
+    assert target_schedule.kernel_form(count_kernels.unique, gpu=True) is count_kernels.unique  # none yet
+
+
+def shape_nonzero():
+    """nonzero of a shape value: all its inputs are on the host."""
+    return module([("x", [sym("n"), sym("m")], "float32")], lambda bb, x: relax.op.nonzero(
+        bb.emit(relax.op.shape_to_tensor(bb.emit(relax.op.shape_of(x))))))
+
+
+def test_gpu_form_on_host_values_runs_its_cpu_form_on_the_host(fake_gpu_forms):
+    exe = shapefn.compile(shape_nonzero(), "opencl")
+    assert sorted(exe.kernel_names) == ["shape_to_tensor_host", "shapefn_nonzero_1d_int64_host"]
+    assert_device_and_host_code(exe, "opencl", set(exe.kernel_names))
+
+
+def test_gpu_form_on_device_values_is_kept_as_written(fake_gpu_forms):
+    target = tvm.target.Target("opencl", host="llvm")
+    mod = module([("x", [sym("n"), sym("m")], "float32")], lambda bb, x: relax.op.nonzero(x))
+    lowered = lower(lower_dynamic_ops(mod, gpu=True), target)
+    scheduled = target_schedule.schedule({"k": lowered["shapefn_nonzero_2d_float32"]}, target)
+    assert scheduled.single_thread == ()
+    kept = scheduled.module["k"]
+    assert tvm_ffi.structural_equal(kept.without_attr("target").without_attr("op_pattern"),
+                                    fake_gpu_forms.nonzero(2, "float32").with_attr("global_symbol", "k"))
+
+
+def test_thread_bound_kernel_without_host_form_stays_on_the_device():
+    """TVM's GPU scatter_nd (legalized under the target) on host values
+    has no host build: it runs on the device, its inputs copied there."""
+    def body(bb, x):
+        shape = bb.emit(relax.op.shape_to_tensor(bb.emit(relax.op.shape_of(x))))
+        return relax.op.scatter_nd(shape, relax.const(np.array([[1]]), "int64"), relax.const(np.array([7]), "int64"))
+
+    mod = module([("x", [sym("n"), sym("m")], "float32")], body)
+    assert host_kernels(mod, "opencl") == {"shape_to_tensor_host"}
+    exe = shapefn.compile(mod, "opencl")
+    assert_device_and_host_code(exe, "opencl", {"shape_to_tensor_host"})
+
+
+def test_topk_from_shapefn_ops_gets_its_gpu_form(fake_gpu_forms):
+    def body(bb, x, k):
+        values, indices = ops.topk(bb, x, k)
+        return relax.Tuple([values, indices])
+
+    mod = module([("x", [sym("n"), 16], "float32"), ("k", [1], "int64")], body)
+    (name,) = [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)]
+    assert not target_schedule.binds_threads(lower_dynamic_ops(mod, gpu=False)[name])
+    gpu = lower_dynamic_ops(mod, gpu=True)[name]
+    assert tvm_ffi.structural_equal(gpu.without_attr(target_schedule.HOST_FORM),
+                                    fake_gpu_forms.topk(2, 1, "float32", True, True))
+    assert tvm_ffi.structural_equal(target_schedule.host_form(gpu), dyn_kernels.topk(2, 1, "float32", True, True))
+
+
+def test_legalization_sees_the_target():
+    """TVM picks its GPU scatter_nd under a GPU target (it reads the target
+    from the context), its CPU one otherwise."""
+    mod = module([("x", [8, 4], "float32"), ("i", [2, 1], "int64"), ("u", [2, 4], "float32")],
+                 lambda bb, x, i, u: relax.op.scatter_nd(x, i, u))
+    for target, threads in [(None, False), (tvm.target.Target("cuda", host="llvm"), True)]:
+        lowered = lower(mod, target)
+        assert target_schedule.binds_threads(lowered["scatter_nd"]) == threads
+
+
+# ------------------------------------------------------------ what cannot run on the device
+@T.prim_func
+def log_and_copy(x: T.Buffer((8,), "float32"), out: T.Buffer((8,), "float32")):
+    T.evaluate(T.call_packed("test.host_only", x.data))
+    for i in range(8):
+        out[i] = x[i]
+
+
+@T.prim_func
+def half_bound(a: T.handle, b: T.handle):
+    n = T.int64()
+    A = T.match_buffer(a, (n,))
+    B = T.match_buffer(b, (n,))
+    for i in T.thread_binding(n, thread="threadIdx.x"):
+        B[i] = A[i]
+    B[0] = T.float32(0)
+
+
+@pytest.mark.parametrize("kind", GPU_KINDS)
+def test_kernel_calling_a_host_function_is_refused_by_name(kind):
+    mod = module([("x", [8], "float32")], lambda bb, x: relax.call_tir(
+        bb.add_func(log_and_copy, "log_and_copy"), [x], relax.TensorType([8], "float32")))
+    with pytest.raises(target_schedule.KernelPlacementError,
+                       match=rf"kernel 'log_and_copy' cannot run on the {kind} device: .*'test.host_only'"):
+        shapefn.compile(mod, kind)
+    assert shapefn.compile(mod, "sim").kernel_names == ["log_and_copy"]  # the CPU can
+
+
+def test_gpu_kernel_touching_device_memory_from_the_host_is_refused():
+    with pytest.raises(target_schedule.KernelPlacementError, match=r"kernel 'half' .*writes B outside any GPU thread"):
+        target_schedule.schedule({"half": half_bound}, tvm.target.Target("cuda", host="llvm"))
+
+
+def test_host_kernels_of_a_gpu_build_are_not_checked_or_moved():
+    target = tvm.target.Target("cuda", host="llvm")
+    scheduled = target_schedule.schedule({"log_and_copy": log_and_copy}, target, host={"log_and_copy"})
+    func = scheduled.module["log_and_copy"]
+    assert func.attrs["target"].kind.name == "llvm" and not target_schedule.binds_threads(func)
+
+
+# ------------------------------------------------------------ CPU targets
+def test_cpu_targets_get_the_cpu_schedule():
+    lowered = lower(matmul())
+    funcs = {gv.name_hint: f for gv, f in lowered.functions.items() if isinstance(f, tirx.PrimFunc)}
+    scheduled = target_schedule.schedule(funcs, tvm.target.Target("llvm"))
+    assert scheduled.version == cpu_schedule.VERSION and scheduled.single_thread == ()
+    for name, func in funcs.items():
+        assert tvm_ffi.structural_equal(scheduled.module[name].without_attr("global_symbol"),
+                                       cpu_schedule.schedule(func).without_attr("global_symbol"))
+
+
+def test_hand_built_kernels_are_scheduled_for_their_target():
+    library = kernels.build({"scale": kernels.scale()}, tvm.target.Target("opencl", host="llvm"))
+    (device,) = library.imports
+    assert device.kind == "opencl" and launched(device.inspect_source(), "scale")
+    assert not kernels.build({"scale": kernels.scale()}).imports
