@@ -14,12 +14,62 @@ opencl = pytest.mark.opencl
 DEVICES = ["sim", pytest.param("opencl", marks=opencl)]
 
 
+# Counters that are the same for one program on every device: what crossed
+# the boundary and what the VM called (the devices differ in cost, not in work).
+DEVICE_INDEPENDENT_COUNTERS = ("d2h_copies", "d2h_bytes", "h2d_copies", "h2d_bytes", "syncs", "kernel_calls",
+                               "shape_func_calls")
+_require_opencl = False
+
+
+def need_opencl():
+    """In a test that uses OpenCL without the marker: skips (or fails, with
+    --require-opencl) when there is no OpenCL device."""
+    if OPENCL_MISSING:
+        if _require_opencl:
+            pytest.fail(f"--require-opencl: {OPENCL_MISSING}")
+        pytest.skip(f"no OpenCL device: {OPENCL_MISSING}")
+
+
+def run_on_devices(mod, calls, devices=("sim", "opencl"), **compile_options):
+    """Compiles Relax module ``mod`` for each device and runs ``main`` on each
+    argument list of ``calls`` there (a strict sim for ``sim``); asserts that
+    every call's ``DEVICE_INDEPENDENT_COUNTERS`` are the same on every
+    device. Returns, per device, the calls' results as numpy arrays (a tuple
+    result as a tuple of them) and their counters."""
+    if "opencl" in devices:
+        need_opencl()
+    results = {}
+    for device in devices:
+        exe = shapefn.compile(mod, device, **compile_options)
+        vm = shapefn.VirtualMachine(exe, shapefn.sim(strict=True) if device == "sim" else device)
+        runs = []
+        for args in calls:
+            vm.reset_counters()
+            out = vm(*args)
+            counters = vm.counters
+            out = _to_numpy(out)
+            runs.append((out, counters))
+        results[device] = runs
+    first, *others = devices
+    for other in others:
+        for i, ((_, a), (_, b)) in enumerate(zip(results[first], results[other])):
+            pick = lambda c: {k: c[k] for k in DEVICE_INDEPENDENT_COUNTERS}  # noqa: E731
+            assert pick(a) == pick(b), f"call {i}: counters on {first} and {other} differ"
+    return results
+
+
+def _to_numpy(value):
+    return tuple(_to_numpy(v) for v in value) if isinstance(value, tuple) else value.numpy()
+
+
 def pytest_addoption(parser):
     parser.addoption("--require-opencl", action="store_true",
                      help="fail (instead of skipping) the OpenCL tests when there is no OpenCL device")
 
 
 def pytest_configure(config):
+    global _require_opencl
+    _require_opencl = config.getoption("--require-opencl")
     config.addinivalue_line("markers", "opencl: runs on a real OpenCL device (skips without one)")
 
 
