@@ -31,6 +31,13 @@ class Executable:
         return list(self._core.function_names)
 
     @property
+    def library(self):
+        """The TVM runtime module holding the kernels (None if there are
+        none). For a GPU target its ``imports`` hold the device module
+        (``kind`` "opencl" or "cuda"; ``inspect_source()`` shows the code)."""
+        return self._library
+
+    @property
     def kernel_names(self) -> list[str]:
         return list(self._core.kernels)
 

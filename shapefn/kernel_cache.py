@@ -41,7 +41,7 @@ import tvm
 import tvm_ffi
 from tvm.support import cc
 
-from . import config
+from . import config, cuda_ptx
 
 _DIGEST_BYTES = hashlib.sha256().digest_size
 _SYMBOL_PREFIX = "shapefn_kernel_"
@@ -117,6 +117,8 @@ def build(mod: tvm.IRModule, target, schedule_version: str = "",
         # cannot carry: the module is compiled whole (and cached as a library).
         _count(0, len(set(keys.values())))
         compiled = _build_whole(funcs, target)
+        if target.kind.name == "cuda":
+            compiled = cuda_ptx.with_ptx(compiled, target)
         _write_atomically(path, compiled.export_library)
         if not _loadable(compiled):
             if not all(compiled.implements_function(name, query_imports=True) for name in funcs):

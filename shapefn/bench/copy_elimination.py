@@ -1,7 +1,8 @@
 """Copy elimination on a Mask R-CNN-like ROI program.
 
-A float32 feature map (default 64x256x56x56, 205 MB) on the ``sim`` device is
-sliced 100 times by dynamic strided slices. One inference is measured in
+A float32 feature map (default 64x256x56x56, 205 MB) on the device (``sim``,
+modelled, by default; ``--device opencl`` a real OpenCL device, where copies,
+syncs and wall time are real — on PoCL, CPU times) is sliced 100 times by dynamic strided slices. One inference is measured in
 three configurations, in one process:
 
 * ``per_op``: bounds from a device kernel; every input of the data-dependent
@@ -46,15 +47,17 @@ def run_once(vm: VirtualMachine, args, flush: bool = False) -> tuple[dict, float
     return result, cold
 
 
-def measure(num_rois: int = 100, fmap_shape=(64, 256, 56, 56), seed: int = 0, flush: bool = False) -> dict:
+def measure(num_rois: int = 100, fmap_shape=(64, 256, 56, 56), seed: int = 0, flush: bool = False,
+            device: str = "sim") -> dict:
     fmap, rois = roi_slicing.make_inputs(num_rois, fmap_shape, seed)
-    sim = devices.sim()
-    device_params = roi_slicing.build(num_rois, "device")
-    host_params = roi_slicing.build(num_rois, "host")
+    target = "llvm" if device == "sim" else device.split(":")[0]
+    on = devices.sim() if device == "sim" else devices.device(device)
+    device_params = roi_slicing.build(num_rois, "device", target)
+    host_params = roi_slicing.build(num_rois, "host", target)
     vms = {
-        "per_op": VirtualMachine(device_params, sim, dependence="per-op"),
-        "per_input": VirtualMachine(device_params, sim, dependence="per-input"),
-        "per_input_host_params": VirtualMachine(host_params, sim),
+        "per_op": VirtualMachine(device_params, on, dependence="per-op"),
+        "per_input": VirtualMachine(device_params, on, dependence="per-input"),
+        "per_input_host_params": VirtualMachine(host_params, on),
     }
     results, cold = {}, {}
     for mode, vm in vms.items():
@@ -66,7 +69,7 @@ def measure(num_rois: int = 100, fmap_shape=(64, 256, 56, 56), seed: int = 0, fl
     per_input_bytes = results["per_input"]["d2h_bytes"]
     results["ratio_d2h_bytes"] = (results["per_op"]["d2h_bytes"] / per_input_bytes
                                   if per_input_bytes else float("inf"))
-    results["config"] = {"num_rois": num_rois, "fmap_shape": list(fmap_shape),
+    results["config"] = {"device": on.name, "num_rois": num_rois, "fmap_shape": list(fmap_shape),
                          "fmap_bytes": int(fmap.nbytes), "cache_flush": flush}
     return results
 
@@ -77,9 +80,10 @@ def main(argv=None) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--rois", type=int, default=100)
     parser.add_argument("--fmap", type=int, nargs=4, default=[64, 256, 56, 56], metavar=("N", "C", "H", "W"))
+    parser.add_argument("--device", default="sim", help="sim (modelled, default) or opencl[:N] (a real device)")
     timing.add_cache_flush_argument(parser)
     args = parser.parse_args(argv)
-    results = measure(args.rois, tuple(args.fmap), flush=args.cache_flush)
+    results = measure(args.rois, tuple(args.fmap), flush=args.cache_flush, device=args.device)
     if args.json:
         print(json.dumps(results, indent=2))
         return

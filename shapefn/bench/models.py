@@ -6,6 +6,11 @@ Per model: compile seconds and kernels compiled with an empty kernel cache
 size: inference wall seconds (median of ``--repeat``) and the counters of one
 inference in ``per-op`` and ``per-input`` modes, with onnxruntime's wall
 seconds for reference.
+
+``--device sim`` (default) runs on the modelled device; ``--device opencl``
+on a real OpenCL device (on PoCL that is the CPU: its times are CPU times,
+not a GPU's), where the first inference also builds the OpenCL programs
+(``first_inference_s``).
 """
 from __future__ import annotations
 
@@ -61,53 +66,58 @@ def _timed(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def timed_compile(name: str, data: pathlib.Path):
-    """Compiles model ``name`` for sim; returns the executable, the seconds
-    it took (ONNX import included) and how many kernels it compiled."""
+def timed_compile(name: str, data: pathlib.Path, device: str = "sim"):
+    """Compiles model ``name`` for ``device``; returns the executable, the
+    seconds it took (ONNX import included) and how many kernels it compiled."""
     proto = materialize(data, name)
     misses = kernel_cache.stats().misses
     start = time.perf_counter()
-    exe = compile_relax(from_onnx(proto), "sim")
+    exe = compile_relax(from_onnx(proto), device)
     return exe, time.perf_counter() - start, kernel_cache.stats().misses - misses
 
 
-def _timed_compile_in_new_process(name: str, data: pathlib.Path, cache: str) -> tuple[float, int]:
+def _timed_compile_in_new_process(name: str, data: pathlib.Path, cache: str, device: str) -> tuple[float, int]:
     """``timed_compile`` in a fresh interpreter (nothing cached in memory)."""
     code = ("import json, pathlib, sys; from shapefn import config; from shapefn.bench.models import timed_compile; "
             "config.set_cache_dir(sys.argv[3]); "
-            "_, seconds, built = timed_compile(sys.argv[1], pathlib.Path(sys.argv[2])); "
+            "_, seconds, built = timed_compile(sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[4]); "
             "print(json.dumps([seconds, built]))")
-    proc = subprocess.run([sys.executable, "-c", code, name, str(data), cache], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code, name, str(data), cache, device], capture_output=True,
+                          text=True)
     if proc.returncode != 0:
         raise SystemExit(f"models: the warm compile of {name} failed:\n{proc.stderr[-3000:]}")
     seconds, built = json.loads(proc.stdout.splitlines()[-1])
     return seconds, built
 
 
-def measure(name: str, data: pathlib.Path, repeat: int) -> dict:
+def measure(name: str, data: pathlib.Path, repeat: int, device: str = "sim") -> dict:
     import onnxruntime as ort
 
     proto = materialize(data, name)
-    result: dict = {}
+    result: dict = {"device": device}
     with tempfile.TemporaryDirectory() as cache:
         config.set_cache_dir(cache)
         try:
-            exe, result["compile_cold_s"], result["kernels_built_cold"] = timed_compile(name, data)
+            exe, result["compile_cold_s"], result["kernels_built_cold"] = timed_compile(name, data, device)
         finally:
             config.set_cache_dir(None)
-        result["compile_warm_s"], result["kernels_built_warm"] = _timed_compile_in_new_process(name, data, cache)
+        result["compile_warm_s"], result["kernels_built_warm"] = _timed_compile_in_new_process(
+            name, data, cache, device)
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    sim = devices.sim()
+    target = devices.sim() if device == "sim" else devices.device(device)
     for h, w in SIZES:
         image = np.random.default_rng(1).uniform(0, 1, (3, h, w)).astype(np.float32)
         entry: dict = {}
+        start = time.perf_counter()
+        [t.numpy() for t in VirtualMachine(exe, target)(image)]
+        entry["first_inference_s"] = time.perf_counter() - start
         for mode in ("per-op", "per-input"):
-            vm = VirtualMachine(exe, sim, dependence=mode)
+            vm = VirtualMachine(exe, target, dependence=mode)
             vm(image)
             vm.reset_counters()
             vm(image)
             entry[mode.replace("-", "_")] = vm.counters
-        vm = VirtualMachine(exe, sim)
+        vm = VirtualMachine(exe, target)
         entry["wall_s"] = _timed(lambda: [t.numpy() for t in vm(image)], repeat)
         entry["onnxruntime_wall_s"] = _timed(lambda: session.run(None, {"image": image}), repeat)
         result[f"{h}x{w}"] = entry
@@ -121,14 +131,15 @@ def main(argv=None) -> None:
     parser.add_argument("--models", nargs="*", default=MODELS, choices=MODELS)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--data", help="directory with the .graph.onnx files and materialize.py")
+    parser.add_argument("--device", default="sim", help="sim (modelled, default) or opencl[:N] (a real device)")
     args = parser.parse_args(argv)
     data = _data_dir(args.data)
-    results = {name: measure(name, data, args.repeat) for name in args.models}
+    results = {name: measure(name, data, args.repeat, args.device) for name in args.models}
     if args.json:
         print(json.dumps(results, indent=2))
         return
     for name, r in results.items():
-        print(f"{name}: compile {r['compile_cold_s']:.1f} s cold ({r['kernels_built_cold']} kernels built), "
+        print(f"{name} on {r['device']}: compile {r['compile_cold_s']:.1f} s cold ({r['kernels_built_cold']} kernels built), "
               f"{r['compile_warm_s']:.1f} s warm ({r['kernels_built_warm']} built)")
         for size in (f"{h}x{w}" for h, w in SIZES):
             e = r[size]

@@ -14,24 +14,24 @@ from .. import kernels
 from ..builder import Param, ProgramBuilder
 from ..executable import Executable
 
-_library = None
+_libraries: dict = {}
 
 
-def kernel_library():
-    """The kernels of this program, compiled once per process."""
-    global _library
-    if _library is None:
-        _library = kernels.build({
+def kernel_library(target: str = "llvm"):
+    """The kernels of this program for ``target``, compiled once per process."""
+    if target not in _libraries:
+        _libraries[target] = kernels.build({
             "roi_params": kernels.roi_params(),
             "strided_slice": kernels.strided_slice(4),
             "strided_slice_scalar": kernels.strided_slice_scalar(4),
-        })
-    return _library
+        }, target)
+    return _libraries[target]
 
 
-def build(num_rois: int, params: str = "device") -> Executable:
+def build(num_rois: int, params: str = "device", target: str = "llvm") -> Executable:
     """``main(fmap: float32[n, c, h, w], rois: int64[num_rois, 5])`` returning
-    the tuple of ``num_rois`` slices ``fmap[i:i+1, :, y0:y1, x0:x1]``."""
+    the tuple of ``num_rois`` slices ``fmap[i:i+1, :, y0:y1, x0:x1]``, its
+    kernels compiled for ``target`` ("llvm" for host and sim, "opencl", ...)."""
     if params not in ("device", "host"):
         raise ValueError(f"params must be 'device' or 'host', got {params!r}")
     pb = ProgramBuilder()
@@ -64,7 +64,7 @@ def build(num_rois: int, params: str = "device") -> Executable:
             fb.invoke_kernel(pb.kernel("strided_slice_scalar"), [fmap, out, begin, strides])
             outs.append(out)
     fb.ret(fb.make_tuple(outs))
-    return pb.build(library=kernel_library())
+    return pb.build(library=kernel_library(target))
 
 
 def make_inputs(num_rois: int, fmap_shape=(64, 256, 56, 56), seed: int = 0):
