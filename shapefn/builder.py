@@ -7,7 +7,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from . import _core
+from . import _core, kernel_cache
 from .executable import Executable
 
 _ISA: dict[str, str] = {name: operands for name, operands in _core.isa()}
@@ -212,4 +212,7 @@ class ProgramBuilder:
                         pass
         funcs.update(kernels or {})
         core = _core.Executable.from_parts(parts, self._constants, self._kernels, self._shape_funcs, "")
-        return Executable(core, funcs, library)
+        exe = Executable(core, funcs, library)
+        if library is not None:
+            exe._library_path = kernel_cache.file_of(library)  # saved by copying it
+        return exe

@@ -11,6 +11,7 @@ import tvm
 from tvm import te, tirx
 from tvm.script import tirx as T
 
+from . import kernel_cache
 from .compiler import target_schedule
 
 
@@ -103,12 +104,23 @@ def nonzero_1d(dtype: str = "float32") -> tirx.PrimFunc:
 
 
 def build(funcs: Mapping[str, tirx.PrimFunc], target="llvm", host: Collection[str] = ()):
-    """Compiles ``{name: PrimFunc}`` into one TVM runtime library, each
-    kernel scheduled for ``target`` (a GPU target: on the device, but for
-    those named in ``host``)."""
+    """Compiles ``{name: PrimFunc}`` into one TVM runtime library, ready to
+    run, each kernel scheduled for ``target`` (a GPU target, e.g.
+    ``"opencl"``: on the device, but for those named in ``host``; its host
+    code is built for the CPU).
+
+    A CPU library is returned as built (it can be exported). A GPU library
+    comes through the kernel cache, loaded back from its file: device code
+    runs only once the device's runtime has loaded it (shapefn's, for
+    OpenCL), and a loaded library cannot be exported again."""
     target = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
+    if not target_schedule.is_gpu(target):
+        return tvm.tirx.build(target_schedule.schedule(funcs, target, host).module, target)
+    if target.host is None:
+        target = tvm.target.Target(target, host="llvm")
     scheduled = target_schedule.schedule(funcs, target, host)
-    return tvm.tirx.build(scheduled.module, target)
+    library, _ = kernel_cache.build(scheduled.module, target, scheduled.version)
+    return library
 
 
 def concat(num_inputs: int, ndim: int, axis: int, dtype: str = "float32") -> tirx.PrimFunc:

@@ -1,7 +1,7 @@
 """torchvision's SSD-lite and Faster R-CNN (weight-free graphs from
 tests/data, materialized with a fixed seed), each compiled once for a strict
-sim and run at 320x320 and 256x384, against onnxruntime. Detections are
-matched as sets (random weights can tie scores)."""
+sim and once for OpenCL and run at 320x320 and 256x384, against onnxruntime.
+Detections are matched as sets (random weights can tie scores)."""
 import pathlib
 
 import numpy as np
@@ -9,6 +9,7 @@ import onnxruntime as ort
 import pytest
 
 import shapefn
+from conftest import DEVICE_INDEPENDENT_COUNTERS, DEVICES, opencl
 from shapefn.bench.models import materialize
 from shapefn.frontend import from_onnx
 
@@ -36,22 +37,52 @@ def match_detections(got: dict, want: dict) -> int:
     return unmatched
 
 
-@pytest.fixture(scope="module", params=["ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn"])
-def model(request):
-    proto = materialize(DATA, request.param)
-    exe = shapefn.compile(from_onnx(proto), "sim")
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    names = [o.name for o in proto.graph.output]
-    return request.param, exe, session, names
+MODELS = ["ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn"]
 
 
+class Compiled:
+    """Each model compiled once per device (on first use), with its
+    onnxruntime session."""
+
+    def __init__(self):
+        self.protos, self.sessions, self.executables = {}, {}, {}
+
+    def session(self, name):
+        if name not in self.sessions:
+            self.protos[name] = materialize(DATA, name)
+            self.sessions[name] = ort.InferenceSession(self.protos[name].SerializeToString(),
+                                                       providers=["CPUExecutionProvider"])
+        return self.sessions[name], [o.name for o in self.protos[name].graph.output]
+
+    def executable(self, name, device):
+        if (name, device) not in self.executables:
+            self.session(name)
+            self.executables[name, device] = shapefn.compile(from_onnx(self.protos[name]), device)
+        return self.executables[name, device]
+
+    def vm(self, name, device):
+        exe = self.executable(name, device)
+        return shapefn.VirtualMachine(exe, shapefn.sim(strict=True) if device == "sim" else device)
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return Compiled()
+
+
+def image(size):
+    return np.random.default_rng(1).uniform(0, 1, (3, *size)).astype(np.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_detections_match_onnxruntime(model, size):
-    name, exe, session, names = model
-    vm = shapefn.VirtualMachine(exe, shapefn.sim(strict=True))
-    image = np.random.default_rng(1).uniform(0, 1, (3, *size)).astype(np.float32)
-    got = dict(zip(names, (t.numpy() for t in vm(image))))
-    want = dict(zip(names, session.run(None, {"image": image})))
+@pytest.mark.parametrize("name", MODELS)
+def test_detections_match_onnxruntime(compiled, name, size, device):
+    session, names = compiled.session(name)
+    vm = compiled.vm(name, device)
+    x = image(size)
+    got = dict(zip(names, (t.numpy() for t in vm(x))))
+    want = dict(zip(names, session.run(None, {"image": x})))
     assert len(want["boxes"]) > 0
     assert got["labels"].dtype == want["labels"].dtype
     assert match_detections(got, want) == 0
@@ -59,3 +90,15 @@ def test_detections_match_onnxruntime(model, size):
     # independent counts share a sync.
     assert vm.counters["d2h_bytes"] == 8 * vm.counters["d2h_copies"]
     assert vm.counters["syncs"] == SYNCS[name]
+
+
+@opencl
+@pytest.mark.parametrize("name", MODELS)
+def test_an_inference_moves_the_same_on_sim_and_opencl(compiled, name):
+    x = image(SIZES[0])
+    counters = {}
+    for device in ("sim", "opencl"):
+        vm = compiled.vm(name, device)
+        vm(x)
+        counters[device] = {k: vm.counters[k] for k in DEVICE_INDEPENDENT_COUNTERS}
+    assert counters["opencl"] == counters["sim"]
