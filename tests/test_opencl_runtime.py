@@ -218,3 +218,18 @@ def test_vms_in_threads_share_the_device():
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+@opencl
+def test_a_host_kernel_given_device_memory_fails_instead_of_reading_it():
+    """A kernel compiled for the CPU, called on OpenCL tensors (what a GPU
+    build without device kernels would do): refused, never a silent read."""
+    pb = ProgramBuilder()
+    fb = pb.function("main", [Param("x", "float32", ["n"])])
+    (x,) = fb.args
+    out = fb.alloc_tensor("device", fb.shape_of(x), "float32")
+    fb.invoke_kernel(pb.kernel("scale"), [x, fb.load_int(3), out])
+    fb.ret(out)
+    vm = shapefn.VirtualMachine(pb.build(library=kernels.build({"scale": kernels.scale()})), "opencl")
+    with pytest.raises(RuntimeError, match=r"kernel 'scale' failed: .*device_type"):
+        vm(np.arange(4, dtype=np.float32))
