@@ -1,3 +1,5 @@
+import hashlib
+
 import numpy as np
 import pytest
 import tvm
@@ -19,6 +21,11 @@ DEVICES = ["sim", pytest.param("opencl", marks=opencl)]
 DEVICE_INDEPENDENT_COUNTERS = ("d2h_copies", "d2h_bytes", "h2d_copies", "h2d_bytes", "syncs", "kernel_calls",
                                "shape_func_calls")
 _require_opencl = False
+
+
+def device_independent(counters: dict) -> dict:
+    """The ``DEVICE_INDEPENDENT_COUNTERS`` of ``counters``."""
+    return {name: counters[name] for name in DEVICE_INDEPENDENT_COUNTERS}
 
 
 def need_opencl():
@@ -53,13 +60,16 @@ def run_on_devices(mod, calls, devices=("sim", "opencl"), **compile_options):
     first, *others = devices
     for other in others:
         for i, ((_, a), (_, b)) in enumerate(zip(results[first], results[other])):
-            pick = lambda c: {k: c[k] for k in DEVICE_INDEPENDENT_COUNTERS}  # noqa: E731
-            assert pick(a) == pick(b), f"call {i}: counters on {first} and {other} differ"
+            assert device_independent(a) == device_independent(b), f"call {i}: counters on {first} and {other} differ"
     return results
 
 
 def _to_numpy(value):
-    return tuple(_to_numpy(v) for v in value) if isinstance(value, tuple) else value.numpy()
+    """A result as numpy: tensors copied to the host, tuples field by field
+    (ints and shapes, which the VM returns as Python values, as they are)."""
+    if isinstance(value, tuple):
+        return tuple(_to_numpy(v) for v in value)
+    return value.numpy() if hasattr(value, "numpy") else value
 
 
 def pytest_addoption(parser):
@@ -80,16 +90,42 @@ def pytest_runtest_setup(item):
         pytest.skip(f"no OpenCL device: {OPENCL_MISSING}")
 
 
-@pytest.fixture(scope="session")
-def kernel_lib():
-    """The test kernels, compiled once."""
-    return kernels.build({
+def device_target(device: str) -> tvm.target.Target:
+    """The target whose kernels run on ``device``: the CPU's for sim and the
+    host, the device's (with the CPU as host) for opencl."""
+    return tvm.target.Target("llvm") if device in ("sim", "host") else tvm.target.Target(device, host="llvm")
+
+
+def _test_kernels():
+    return {
         "strided_slice": kernels.strided_slice(4),
         "strided_slice_1d": kernels.strided_slice(1),
         "roi_params": kernels.roi_params(),
         "nonzero_1d": kernels.nonzero_1d(),
         "scale": kernels.scale(),
-    })
+    }
+
+
+@pytest.fixture(scope="session")
+def kernel_libs():
+    """``kernel_libs(device)``: the test kernels compiled for ``device``
+    ("sim" or "opencl"), once per device."""
+    built = {}
+
+    def build(device):
+        if device == "opencl":
+            need_opencl()
+        if device not in built:
+            built[device] = kernels.build(_test_kernels(), device_target(device))
+        return built[device]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def kernel_lib(kernel_libs):
+    """The test kernels, compiled once for the CPU (sim and the host)."""
+    return kernel_libs("sim")
 
 
 @pytest.fixture
@@ -103,33 +139,72 @@ def rng():
     return np.random.default_rng(0)
 
 
-@pytest.fixture(scope="session")
-def onnx_check():
+def _fingerprint(model, feeds) -> str:
+    digest = hashlib.sha256(model.SerializeToString())
+    for args in feeds:
+        for a in args:
+            a = np.asarray(a)
+            digest.update(f"{a.dtype}{a.shape}".encode())
+            digest.update(np.ascontiguousarray(a).tobytes())
+    return digest.hexdigest()
+
+
+# The device-independent counters of each feed of each model onnx_check ran
+# on sim (by fingerprint): the opencl run compares with them.
+_onnx_sim_counters: dict[str, list[dict]] = {}
+
+
+@pytest.fixture(scope="session", params=DEVICES)
+def onnx_check(request):
     """``check(model, feeds)``: imports ``model`` with shapefn.from_onnx and
-    compiles it for sim once, then runs every feed set (a list of input
-    arrays in graph-input order) on a strict sim and in onnxruntime and
-    compares dtypes, shapes and values (integers and bools exactly)."""
+    compiles it once for the fixture's device (each test using it runs on
+    every device of ``DEVICES``), then runs every feed set (a list of input
+    arrays in graph-input order) there (a strict sim for sim) and in
+    onnxruntime and compares dtypes, shapes and values (integers and bools
+    exactly). On opencl, every call's ``DEVICE_INDEPENDENT_COUNTERS`` must
+    equal those of the same call on sim (taken from the sim run of the same
+    test, or run here when it did not run)."""
     import onnxruntime as ort
 
     from shapefn.frontend import from_onnx
 
+    device = request.param
+    if device == "opencl":
+        need_opencl()
+
+    def run(mod, on, feeds):
+        """Each feed's outputs (a tuple of numpy arrays) and counters on device ``on``."""
+        vm = shapefn.VirtualMachine(shapefn.compile(mod, on), shapefn.sim(strict=True) if on == "sim" else on)
+        runs = []
+        for args in feeds:
+            vm.reset_counters()
+            outs = vm(*args)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            runs.append((tuple(o.numpy() for o in outs), device_independent(vm.counters)))
+        return runs
+
     def check(model, feeds):
-        exe = shapefn.compile(from_onnx(model), "sim")
-        vm = shapefn.VirtualMachine(exe, shapefn.sim(strict=True))
+        mod = from_onnx(model)
+        runs = run(mod, device, feeds)
         session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         names = [i.name for i in model.graph.input]
-        for args in feeds:
+        for args, (gots, _) in zip(feeds, runs):
             wants = session.run(None, dict(zip(names, args)))
-            gots = vm(*args)
-            gots = gots if isinstance(gots, tuple) else (gots,)
             assert len(gots) == len(wants)
             for got, want in zip(gots, wants):
-                got = got.numpy()
                 assert (got.dtype, got.shape) == (want.dtype, want.shape), [a.shape for a in args]
                 if np.issubdtype(want.dtype, np.floating):
                     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
                 else:
                     np.testing.assert_array_equal(got, want)
+        key = _fingerprint(model, feeds)
+        if device == "sim":
+            _onnx_sim_counters[key] = [counters for _, counters in runs]
+            return
+        if key not in _onnx_sim_counters:
+            _onnx_sim_counters[key] = [counters for _, counters in run(mod, "sim", feeds)]
+        for i, ((_, counters), on_sim) in enumerate(zip(runs, _onnx_sim_counters[key])):
+            assert counters == on_sim, f"feed {i}: counters on {device} differ from those on sim"
 
     return check
 
@@ -139,9 +214,10 @@ class SliceNonzeroModel:
     concurrency and leak tests: ``main(x: f32[n, m], begin, end, strides:
     i64[2])`` returns ``(y, nonzero(y))`` with ``y = (2 * x)[begin:end:strides]``.
     The slice's shape function reads the three bound tensors (copied from the
-    device), and nonzero's count is read back: every call syncs twice."""
+    device), and nonzero's count is read back: every call syncs twice.
+    Compiled for ``device`` ("sim" or "opencl")."""
 
-    def __init__(self):
+    def __init__(self, device="sim"):
         from tvm import relax, tirx
 
         n, m = tirx.Var("n", "int64"), tirx.Var("m", "int64")
@@ -152,7 +228,8 @@ class SliceNonzeroModel:
             y = bb.emit(relax.op.multiply(x, relax.const(2.0, "float32")))
             sliced = bb.emit(relax.op.dynamic_strided_slice(y, *bounds))
             bb.emit_func_output(relax.Tuple([sliced, bb.emit(relax.op.nonzero(sliced))]))
-        self.exe = shapefn.compile(bb.get(), "sim")
+        self.device = device
+        self.exe = shapefn.compile(bb.get(), device)
 
     @staticmethod
     def inputs(rng, max_dim=40):
@@ -171,14 +248,34 @@ class SliceNonzeroModel:
 
 
 @pytest.fixture(scope="session")
-def slice_nonzero_model():
-    return SliceNonzeroModel()
+def slice_nonzero_models():
+    """``slice_nonzero_models(device)``: the SliceNonzeroModel compiled for
+    ``device``, once per device."""
+    compiled = {}
+
+    def get(device):
+        if device == "opencl":
+            need_opencl()
+        if device not in compiled:
+            compiled[device] = SliceNonzeroModel(device)
+        return compiled[device]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def slice_nonzero_model(slice_nonzero_models):
+    """The SliceNonzeroModel compiled for sim."""
+    return slice_nonzero_models("sim")
 
 
 @pytest.fixture(scope="session")
 def first_rows_op():
     """A user kernel registered with tvm-ffi ("test.first_rows": the first k
-    rows of data, doubled) and its TE shape function, mask [False, True]."""
+    rows of data, doubled) and its TE shape function, mask [False, True].
+    The kernel is compiled for the CPU and, when there is an OpenCL device,
+    for OpenCL; the registered function calls the one for its tensors'
+    device. Returns the CPU library."""
     import tvm_ffi
     from tvm import te
 
@@ -186,12 +283,20 @@ def first_rows_op():
     data = te.placeholder((n, m), "float32", name="data")
     count = te.placeholder((1,), "int64", name="k")
     out = te.compute((k, m), lambda i, j: data[i, j] * 2, name="out")
-    lib = tvm.compile(te.create_prim_func([data, count, out]).with_attr("global_symbol", "first_rows"),
-                      target="llvm")
-    tvm_ffi.register_global_func("test.first_rows", lib["first_rows"], override=True)
+    funcs = {"first_rows": te.create_prim_func([data, count, out])}
+    # By DLPack device type: sim's tensors are labelled CPU.
+    cpu, gpu = tvm.cpu(0).dlpack_device_type(), tvm.opencl(0).dlpack_device_type()
+    libs = {cpu: kernels.build(funcs, device_target("sim"))}
+    if not OPENCL_MISSING:
+        libs[gpu] = kernels.build(funcs, device_target("opencl"))
+
+    def first_rows(data, k, out):
+        libs[data.device.dlpack_device_type()]["first_rows"](data, k, out)
+
+    tvm_ffi.register_global_func("test.first_rows", first_rows, override=True)
 
     @shapefn.register_shape_func("test.first_rows", [False, True], override=True)
     def first_rows_shape(data, k):
         return [k[0], data.shape[1]]
 
-    return lib
+    return libs[cpu]

@@ -1,6 +1,8 @@
 """Bad input anywhere raises a clear exception naming the problem, and the VM
 stays usable: arguments, shape-function results, masks, ONNX models, and
-kernels that fail at run time."""
+kernels that fail at run time; on sim and on a real OpenCL device."""
+import functools
+
 import numpy as np
 import onnx
 import pytest
@@ -10,6 +12,7 @@ from tvm import relax, tirx
 
 import shapefn
 import shapefn.frontend.onnx
+from conftest import DEVICES, device_target, opencl
 from shapefn import InvalidOnnxModel, Param, ProgramBuilder, UnsupportedOnnxOp, kernels
 
 
@@ -53,18 +56,21 @@ ARGUMENT_CASES = {
 }
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", ARGUMENT_CASES, ids=list(ARGUMENT_CASES))
-def test_bad_arguments_name_the_argument_and_what_was_expected(slice_nonzero_model, case):
+def test_bad_arguments_name_the_argument_and_what_was_expected(slice_nonzero_models, case, device):
     make, error, message = ARGUMENT_CASES[case]
-    vm = shapefn.VirtualMachine(slice_nonzero_model.exe, "sim")
+    model = slice_nonzero_models(device)
+    vm = shapefn.VirtualMachine(model.exe, device)
     with pytest.raises(error, match=message):
-        vm(*make(good_args(slice_nonzero_model)))
-    check_still_works(vm, slice_nonzero_model)
+        vm(*make(good_args(model)))
+    check_still_works(vm, model)
 
 
-def test_byte_swapped_and_strided_arrays_are_read_by_value(slice_nonzero_model):
-    model = slice_nonzero_model
-    vm = shapefn.VirtualMachine(model.exe, "sim")
+@pytest.mark.parametrize("device", DEVICES)
+def test_byte_swapped_and_strided_arrays_are_read_by_value(slice_nonzero_models, device):
+    model = slice_nonzero_models(device)
+    vm = shapefn.VirtualMachine(model.exe, device)
     x, begin, end, strides = good_args(model)
     wide = np.repeat(x, 2, axis=1)[:, ::2]  # not contiguous
     got = vm(wide.astype(">f4"), begin.astype(">i8"), end, strides.astype(">i8"))
@@ -72,7 +78,8 @@ def test_byte_swapped_and_strided_arrays_are_read_by_value(slice_nonzero_model):
         np.testing.assert_array_equal(g.numpy(), w)
 
 
-def test_tensor_of_another_device_is_named(slice_nonzero_model):
+def test_tensor_of_another_sim_is_named(slice_nonzero_model):
+    """Sim only: two instances of one kind of device."""
     model = slice_nonzero_model
     args = good_args(model)
     on_other_sim = shapefn.VirtualMachine(model.exe, shapefn.sim())(*args)[0]
@@ -82,12 +89,26 @@ def test_tensor_of_another_device_is_named(slice_nonzero_model):
     check_still_works(vm, model)
 
 
+@opencl
+def test_tensor_of_another_kind_of_device_is_named(slice_nonzero_models):
+    models = {device: slice_nonzero_models(device) for device in ("sim", "opencl")}
+    args = good_args(models["sim"])
+    vms = {device: shapefn.VirtualMachine(model.exe, device) for device, model in models.items()}
+    results = {device: vm(*args)[0] for device, vm in vms.items()}
+    for device, other in [("sim", "opencl"), ("opencl", "sim")]:
+        with pytest.raises(ValueError, match=rf"argument 0 \('x'\) is on device '{results[other].device}', "
+                                             rf"this VM runs on '{results[device].device}'; pass tensor.numpy\(\)"):
+            vms[device](results[other], *args[1:])
+        check_still_works(vms[device], models[device])
+
+
 # -- shape functions -----------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def cube_vm(tmp_path_factory):
-    """``main(k: i64[1])`` allocates a float32 tensor of shape ``[k, k, k]``
-    on sim, sized by a Python shape function."""
+    """``cube_vm(device)``: a VM whose ``main(k: i64[1])`` allocates a
+    float32 tensor of shape ``[k, k, k]`` on the device (a sim with a 1 GiB
+    arena), sized by a Python shape function."""
     shapefn.set_cache_dir(tmp_path_factory.mktemp("cache"))
     try:
         @shapefn.register_shape_func("test.bad_input.cube", [True], override=True)
@@ -98,22 +119,36 @@ def cube_vm(tmp_path_factory):
         fb = pb.function("main", [Param("k", "int64", [1])])
         (shape,) = fb.shape_func("test.bad_input.cube", list(fb.args))
         fb.ret(fb.alloc_tensor("device", shape, "float32"))
-        vm = shapefn.VirtualMachine(pb.build(), shapefn.sim(arena_bytes=1 << 30))
-        vm(np.array([2], np.int64))  # compiles the shape function
-        yield vm
+        exe = pb.build()
+
+        @functools.cache
+        def vm_on(device):
+            vm = shapefn.VirtualMachine(exe, shapefn.sim(arena_bytes=1 << 30) if device == "sim" else device)
+            vm(np.array([2], np.int64))  # compiles the shape function
+            return vm
+
+        yield vm_on
     finally:
         shapefn.set_cache_dir(None)
 
 
+# 2**60 elements fit; their 2**62 bytes do too, but not in the device.
+OUT_OF_MEMORY = {"sim": r"sim: out of device memory allocating 4611686018427387904 bytes",  # the 1 GiB arena
+                 "opencl": r"opencl:0: cannot allocate 4611686018427387904 bytes in one buffer: the device's "
+                           r"limit \(CL_DEVICE_MAX_MEM_ALLOC_SIZE\) is \d+ bytes"}
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("k, error, message", [
     (-3, ValueError, r"shape function of 'test.bad_input.cube' returned a negative dimension -3 for output 0"),
     # 2**63 elements: too many for int64.
     (1 << 21, ValueError, r"shape function of 'test.bad_input.cube' returned \[2097152, 2097152, 2097152\] "
                           r"for output 0, whose element count overflows int64"),
-    # 2**60 elements fit; their 2**62 bytes do too, but not in the 1 GiB arena.
-    (1 << 20, RuntimeError, r"sim: out of device memory allocating 4611686018427387904 bytes"),
-])
-def test_shape_function_results_no_tensor_can_have(cube_vm, k, error, message):
+    (1 << 20, RuntimeError, OUT_OF_MEMORY),
+], ids=["negative", "element count overflow", "out of memory"])
+def test_shape_function_results_no_tensor_can_have(cube_vm, device, k, error, message):
+    cube_vm = cube_vm(device)
+    message = message[device] if isinstance(message, dict) else message
     high_water = cube_vm.pool_high_water_bytes()
     with pytest.raises(error, match=message):
         cube_vm(np.array([k], np.int64))
@@ -121,12 +156,13 @@ def test_shape_function_results_no_tensor_can_have(cube_vm, k, error, message):
     assert cube_vm(np.array([3], np.int64)).shape == (3, 3, 3)
 
 
-def test_byte_size_overflow_names_the_tensor():
+@pytest.mark.parametrize("device", DEVICES)
+def test_byte_size_overflow_names_the_tensor(device):
     pb = ProgramBuilder()
     fb = pb.function("main", [Param("s", "int64", [2])])
     (shape,) = fb.shape_func("dyn.zeros", list(fb.args))
     fb.ret(fb.alloc_tensor("device", shape, "float64"))
-    vm = shapefn.VirtualMachine(pb.build(), "sim")
+    vm = shapefn.VirtualMachine(pb.build(), device)
     # 2**62 elements are countable; 2**65 bytes are not.
     with pytest.raises(ValueError, match=r"the size in bytes of a float64 tensor of shape "
                                          r"\[2147483648, 2147483648\] overflows int64"):
@@ -136,7 +172,8 @@ def test_byte_size_overflow_names_the_tensor():
     assert vm(np.array([2, 3], np.int64)).shape == (2, 3)
 
 
-def test_shape_function_that_fails_to_build_names_the_op(tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_shape_function_that_fails_to_build_names_the_op(tmp_path, device):
     shapefn.set_cache_dir(tmp_path)
     try:
         # No probe signature traces it, so it is checked when first compiled.
@@ -148,7 +185,7 @@ def test_shape_function_that_fails_to_build_names_the_op(tmp_path):
         fb = pb.function("main", [Param("k", "int64", [1])])
         (shape,) = fb.shape_func("test.bad_input.not_a_shape", list(fb.args))
         fb.ret(shape)
-        vm = shapefn.VirtualMachine(pb.build(), "sim")
+        vm = shapefn.VirtualMachine(pb.build(), device)
         for _ in range(2):  # and again: the failure is not cached as a success
             with pytest.raises(RuntimeError, match=r"compiling the shape function of 'test.bad_input.not_a_shape' "
                                                    r"for \(int64:1\) failed: .*returned str"):
@@ -169,14 +206,15 @@ def test_mask_longer_than_the_function_takes():
         shapefn.data_dependence("test.bad_input.mask")  # nothing was registered
 
 
-def test_program_calling_a_shape_function_with_the_wrong_arity():
+@pytest.mark.parametrize("device", DEVICES)
+def test_program_calling_a_shape_function_with_the_wrong_arity(device):
     pb = ProgramBuilder()
     fb = pb.function("main", [Param("s", "int64", [2])])
     (shape,) = fb.shape_func("dyn.zeros", [fb.args[0], fb.args[0]])
     fb.ret(shape)
     with pytest.raises(ValueError, match=r"'main' calls the shape function of 'relax.zeros' with 2 inputs, "
                                          r"it takes 1"):
-        shapefn.VirtualMachine(pb.build(), "sim")
+        shapefn.VirtualMachine(pb.build(), device)
 
 
 # -- ONNX --------------------------------------------------------------------------
@@ -239,9 +277,10 @@ def test_files_that_are_not_onnx_models(tmp_path):
         shapefn.from_onnx(b"\x08\x07")
 
 
-def test_valid_onnx_model_still_imports():
+@pytest.mark.parametrize("device", DEVICES)
+def test_valid_onnx_model_still_imports(device):
     model = onnx_model([helper.make_node("Relu", ["x"], ["y"], name="relu")])
-    vm = shapefn.VirtualMachine(shapefn.compile(shapefn.from_onnx(model), "sim"), "sim")
+    vm = shapefn.VirtualMachine(shapefn.compile(shapefn.from_onnx(model), device), device)
     x = np.array([-1, 2, -3], np.float32)
     np.testing.assert_array_equal(vm(x).numpy(), np.maximum(x, 0))
 
@@ -258,7 +297,9 @@ def take_rows(data, k, out):
 
 
 @pytest.fixture(scope="module")
-def take_rows_vm():
+def take_rows_exe():
+    """``take_rows_exe(device)``: ``main(data, k)`` = the first k rows of
+    ``2 * data`` (by the user kernel), compiled once per device."""
     shapefn.register_shape_func("test.bad_input.take_rows", [False, True], override=True,
                                 shape_func=lambda data, k: [k[0], data.shape[1]])
     n = tirx.Var("n", "int64")
@@ -269,10 +310,13 @@ def take_rows_vm():
         doubled = bb.emit(relax.op.multiply(data, relax.const(2.0, "float32")))
         bb.emit_func_output(shapefn.emit_extern(bb, "test.bad_input.take_rows", [doubled, k], out_ndim=2,
                                                 out_dtype="float32"))
-    return shapefn.VirtualMachine(shapefn.compile(bb.get(), "sim"), "sim")
+    mod = bb.get()
+    return functools.cache(lambda device: shapefn.compile(mod, device))
 
 
-def test_user_kernel_error_reaches_the_caller_and_the_vm_goes_on(take_rows_vm):
+@pytest.mark.parametrize("device", DEVICES)
+def test_user_kernel_error_reaches_the_caller_and_the_vm_goes_on(take_rows_exe, device):
+    take_rows_vm = shapefn.VirtualMachine(take_rows_exe(device), device)
     data = np.arange(12, dtype=np.float32).reshape(4, 3)
     high_water = None
     for _ in range(3):
@@ -285,7 +329,8 @@ def test_user_kernel_error_reaches_the_caller_and_the_vm_goes_on(take_rows_vm):
         high_water = take_rows_vm.pool_high_water_bytes()
 
 
-def test_tvm_kernel_assertion_reaches_the_caller_and_the_vm_goes_on():
+@pytest.mark.parametrize("device", DEVICES)
+def test_tvm_kernel_assertion_reaches_the_caller_and_the_vm_goes_on(device):
     """A TVM-compiled kernel's own shape check fails: ``scale`` wants its
     output as long as its input, and the program sizes it from ``like``."""
     pb = ProgramBuilder()
@@ -294,7 +339,8 @@ def test_tvm_kernel_assertion_reaches_the_caller_and_the_vm_goes_on():
     out = fb.alloc_tensor("device", fb.shape_of(like), "float32")
     fb.invoke_kernel(pb.kernel("scale"), [x, fb.load_int(3), out])
     fb.ret(out)
-    vm = shapefn.VirtualMachine(pb.build(library=kernels.build({"scale": kernels.scale()})), "sim")
+    library = kernels.build({"scale": kernels.scale()}, device_target(device))
+    vm = shapefn.VirtualMachine(pb.build(library=library), device)
     x = np.arange(4, dtype=np.float32)
     with pytest.raises(RuntimeError, match=r"kernel 'scale' failed: .*shape"):
         vm(x, np.zeros(5, np.float32))

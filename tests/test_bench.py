@@ -1,13 +1,18 @@
 """The benchmarks in tiny configurations: their JSON has every documented key
 and the quantities they count (not their times) are right. Each benchmark
-also checks its programs' results against numpy as it runs."""
+also checks its programs' results against numpy as it runs. The copy
+elimination benchmark, which runs its programs on a device, runs on sim and
+on opencl, where it counts what it counts on sim."""
 import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from shapefn.bench import compile_time, copy_elimination, report, timing, vm_overhead
+import shapefn
+from conftest import DEVICES, device_independent
+from shapefn.bench import compile_time, copy_elimination, report, roi_slicing, timing, vm_overhead
 
 VM_KEYS = ["shapefn_static_ns_per_op", "shapefn_dynamic_ns_per_op", "relax_static_ns_per_op",
            "relax_dynamic_ns_per_op", "shapefn_mlp_static_us", "shapefn_mlp_dynamic_us", "relax_mlp_static_us",
@@ -78,14 +83,37 @@ def test_generated_graph_has_the_ops_asked_for():
     assert 195 <= len(bindings) <= 205
 
 
-def test_copy_elimination_cold_figures(results):
-    r = results["copy_elimination"]
-    assert set(r["cold"]) == {"per_op", "per_input", "per_input_host_params"}
+MODES = ("per_op", "per_input", "per_input_host_params")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_copy_elimination_cold_figures(results, device):
+    r = results["copy_elimination"] if device == "sim" else copy_elimination.measure(
+        num_rois=3, fmap_shape=(2, 4, 16, 16), flush=True, device=device)
+    assert set(r["cold"]) == set(MODES)
     assert all(r["cold"][mode]["wall_s"] > 0 for mode in r["cold"])
     # per-input copies the 3 x 4 int64 slice bounds of each of the 3 slices, nothing else.
     assert r["per_input"]["d2h_bytes"] == 3 * 3 * 4 * 8
     assert r["per_input_host_params"]["d2h_bytes"] == 0
     assert r["config"]["cache_flush"] is True
+    assert r["config"]["device"] == shapefn.device(device).name
+    if device != "sim":
+        on_sim = results["copy_elimination"]
+        for mode in MODES:
+            assert device_independent(r[mode]) == device_independent(on_sim[mode]), mode
+        assert r["per_op"]["modelled_transfer_s"] == 0  # real copies
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("params", ["device", "host"])
+def test_roi_slicing_program_slices_like_numpy(device, params):
+    fmap, rois = roi_slicing.make_inputs(4, (2, 3, 12, 10), seed=1)
+    exe = roi_slicing.build(len(rois), params, "llvm" if device == "sim" else device)
+    got = shapefn.VirtualMachine(exe, shapefn.sim(strict=True) if device == "sim" else device)(fmap, rois)
+    want = roi_slicing.reference(fmap, rois)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.numpy(), w)
 
 
 def test_report_writes_markdown_and_figures(results, tmp_path):

@@ -1,7 +1,10 @@
 """Calls between Relax functions, recursion and If, compiled by shapefn and
 compared with TVM's Relax VM: a self call in tail position runs as a jump
 (any depth), other recursion uses VM frames (limited depth, a clear error
-beyond it)."""
+beyond it). Each program runs on a strict sim and on a real OpenCL device,
+with the same counters."""
+import functools
+
 import numpy as np
 import pytest
 import tvm
@@ -10,10 +13,18 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 
 import shapefn
+from conftest import DEVICES, opencl, run_on_devices
 
 
 def relax_vm(mod):
     return relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+
+
+@pytest.fixture
+def on(device):
+    """The VM's device for ``device``: a strict sim (host reads of device
+    memory fault there), else the device itself."""
+    return shapefn.sim(strict=True) if device == "sim" else device
 
 
 @tvm.script.ir_module
@@ -40,10 +51,17 @@ class Fibonacci:
         return cls.fib(k, zero, x)
 
 
+@pytest.fixture(scope="module")
+def fibonacci():
+    """Fibonacci compiled once per device it is asked for: ``fibonacci(device)``."""
+    return functools.cache(lambda device: shapefn.compile(Fibonacci, device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("k", [0, 1, 10, 30])
-def test_tail_call_swapping_parameters(sim, k):
+def test_tail_call_swapping_parameters(fibonacci, device, on, k):
     x = np.array([1.0, 0.5], np.float32)
-    vm = shapefn.VirtualMachine(shapefn.compile(Fibonacci, "sim"), sim)
+    vm = shapefn.VirtualMachine(fibonacci(device), on)
     steps = np.zeros(k, np.int8)  # the depth is this argument's length
     want = relax_vm(Fibonacci)["main"](tvm.runtime.tensor(steps), tvm.runtime.tensor(x)).numpy()
     fib = [0, 1]
@@ -77,9 +95,10 @@ class SumDown:
         return cls.total(k, x)
 
 
-def test_recursion_that_is_not_a_tail_call(sim):
+@pytest.mark.parametrize("device", DEVICES)
+def test_recursion_that_is_not_a_tail_call(device, on):
     x = np.array([1.0, -2.0, 3.0], np.float32)
-    vm = shapefn.VirtualMachine(shapefn.compile(SumDown, "sim"), sim)
+    vm = shapefn.VirtualMachine(shapefn.compile(SumDown, device), on)
     steps = np.zeros(100, np.int8)  # the depth is this argument's length
     np.testing.assert_allclose(vm(steps, x).numpy(), 101 * x)
     with pytest.raises(RuntimeError, match="call depth"):
@@ -107,7 +126,18 @@ class CallOrder:
         return b
 
 
-def test_calls_reach_the_function_they_name(sim):
+@pytest.mark.parametrize("device", DEVICES)
+def test_calls_reach_the_function_they_name(device, on):
     x = np.array([1.0, 2.0, 3.0], np.float32)
-    vm = shapefn.VirtualMachine(shapefn.compile(CallOrder, "sim"), sim)
+    vm = shapefn.VirtualMachine(shapefn.compile(CallOrder, device), on)
     np.testing.assert_allclose(vm(x).numpy(), 2 * x * x)
+
+
+@opencl
+@pytest.mark.parametrize("mod", [Fibonacci, SumDown, CallOrder], ids=["fibonacci", "sum_down", "call_order"])
+def test_calls_count_the_same_on_sim_and_opencl(mod):
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    calls = [[x]] if mod is CallOrder else [[np.zeros(k, np.int8), x] for k in (0, 1, 20)]
+    results = run_on_devices(mod, calls)  # asserts the counters equal
+    for (sim_out, _), (opencl_out, _) in zip(results["sim"], results["opencl"], strict=True):
+        np.testing.assert_allclose(opencl_out, sim_out, rtol=1e-6)

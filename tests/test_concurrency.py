@@ -1,6 +1,8 @@
 """Threads: the registry under concurrent registration and reads, several VMs
 on one executable running in parallel, one VM shared by two threads (calls
-serialised, counters whole), and tensors and call handles outliving their VM."""
+serialised, counters whole), and tensors and call handles outliving their VM.
+The programs run on sim and on opencl; on opencl the counters are also those
+of the same calls on sim."""
 import gc
 import sys
 import threading
@@ -11,6 +13,7 @@ import pytest
 import tvm_ffi
 
 import shapefn
+from conftest import DEVICES, device_independent
 from shapefn import Param, ProgramBuilder
 
 CALLS = 1_000
@@ -69,35 +72,46 @@ def assert_same_outputs(got, want):
             np.testing.assert_array_equal(a, b)
 
 
-def test_four_threads_with_their_own_vms_match_a_single_threaded_run(slice_nonzero_model):
-    model = slice_nonzero_model
+def sim_counters(slice_nonzero_models, seed):
+    """The counters of ``call_sequence`` from ``seed`` on sim, single-threaded."""
+    vm = shapefn.VirtualMachine(slice_nonzero_models("sim").exe, "sim")
+    call_sequence(vm, slice_nonzero_models("sim"), seed)
+    return vm.counters
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_four_threads_with_their_own_vms_match_a_single_threaded_run(slice_nonzero_models, device):
+    model = slice_nonzero_models(device)
     seeds = [11, 12, 13, 14]
     # The single-threaded run, one VM per sequence, checked against numpy.
     reference, reference_counters = [], []
     for seed in seeds:
-        vm = shapefn.VirtualMachine(model.exe, "sim")
+        vm = shapefn.VirtualMachine(model.exe, device)
         inputs, outputs = call_sequence(vm, model, seed)
         assert_same_outputs(outputs, [model.reference(*args) for args in inputs])
         reference.append(outputs)
         reference_counters.append(vm.counters)
+        if device != "sim":
+            assert device_independent(vm.counters) == device_independent(sim_counters(slice_nonzero_models, seed))
 
-    vms = [shapefn.VirtualMachine(model.exe, "sim") for _ in seeds]
+    vms = [shapefn.VirtualMachine(model.exe, device) for _ in seeds]
     results = run_threads(lambda vm, seed: call_sequence(vm, model, seed)[1], list(zip(vms, seeds)))
     for outputs, want, vm, want_counters in zip(results, reference, vms, reference_counters):
         assert_same_outputs(outputs, want)
         assert vm.counters == want_counters
 
 
-def test_one_vm_called_from_two_threads_gives_every_caller_its_result(slice_nonzero_model):
-    model = slice_nonzero_model
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_vm_called_from_two_threads_gives_every_caller_its_result(slice_nonzero_models, device):
+    model = slice_nonzero_models(device)
     seeds = [21, 22]
     single = {}
     for seed in seeds:
-        vm = shapefn.VirtualMachine(model.exe, "sim")
+        vm = shapefn.VirtualMachine(model.exe, device)
         call_sequence(vm, model, seed)
         single[seed] = vm.counters
 
-    shared = shapefn.VirtualMachine(model.exe, "sim")
+    shared = shapefn.VirtualMachine(model.exe, device)
     results = run_threads(lambda seed: call_sequence(shared, model, seed), [(s,) for s in seeds])
     for inputs, outputs in results:
         assert_same_outputs(outputs, [model.reference(*args) for args in inputs])
@@ -107,6 +121,10 @@ def test_one_vm_called_from_two_threads_gives_every_caller_its_result(slice_nonz
         want = sum(single[s][name] for s in seeds)
         # (The modelled time is a float sum, in another order.)
         assert value == (pytest.approx(want) if name == "modelled_transfer_s" else want), name
+    if device != "sim":
+        on_sim = [sim_counters(slice_nonzero_models, seed) for seed in seeds]
+        assert device_independent(counters) == {name: sum(c[name] for c in on_sim)
+                                                for name in device_independent(counters)}
 
 
 class OverlapProbe:
@@ -149,22 +167,24 @@ def probe_calls(call, offset, calls=50):
         np.testing.assert_array_equal(call(x).numpy(), x + 1)
 
 
-def test_calls_on_one_vm_never_overlap():
+@pytest.mark.parametrize("device", DEVICES)
+def test_calls_on_one_vm_never_overlap(device):
     probe = OverlapProbe()
     exe = probe.program()
-    vm = shapefn.VirtualMachine(exe, "sim")
+    vm = shapefn.VirtualMachine(exe, device)
     run_threads(probe_calls, [(vm, 0), (vm, 1000)])
     assert probe.calls == 100 and probe.max_active == 1
 
     # The probe does see overlap when it happens: two VMs run in parallel.
     probe.max_active = 0
-    run_threads(probe_calls, [(shapefn.VirtualMachine(exe, "sim"), 0), (shapefn.VirtualMachine(exe, "sim"), 1000)])
+    run_threads(probe_calls, [(shapefn.VirtualMachine(exe, device), 0), (shapefn.VirtualMachine(exe, device), 1000)])
     assert probe.max_active == 2
 
 
-def test_counters_read_during_calls_are_whole_calls():
+@pytest.mark.parametrize("device", DEVICES)
+def test_counters_read_during_calls_are_whole_calls(device):
     probe = OverlapProbe()
-    vm = shapefn.VirtualMachine(probe.program(), "sim")
+    vm = shapefn.VirtualMachine(probe.program(), device)
     per_call = 4  # shape_of, alloc_tensor, invoke_kernel, ret; 2 allocations: the upload, the output
     done = threading.Event()
     snapshots = []
@@ -190,7 +210,8 @@ def test_counters_read_during_calls_are_whole_calls():
 def test_vms_sharing_a_strict_sim_take_turns(slice_nonzero_model):
     """A strict sim makes its memory unreadable to the whole process while a
     call's shape functions run, so its calls (and copies of its tensors to
-    the host) from other threads wait rather than fault."""
+    the host) from other threads wait rather than fault. (Strict mode is
+    the sim's.)"""
     model = slice_nonzero_model
     device = shapefn.sim(strict=True)
     vms = [shapefn.VirtualMachine(model.exe, device) for _ in range(2)]
@@ -199,19 +220,20 @@ def test_vms_sharing_a_strict_sim_take_turns(slice_nonzero_model):
         assert_same_outputs(outputs, [model.reference(*args) for args in inputs])
 
 
-def test_outputs_and_call_handles_outlive_their_vm(slice_nonzero_model):
-    model = slice_nonzero_model
+@pytest.mark.parametrize("device", DEVICES)
+def test_outputs_and_call_handles_outlive_their_vm(slice_nonzero_models, device):
+    model = slice_nonzero_models(device)
     args = model.inputs(np.random.default_rng(5))
-    vm = shapefn.VirtualMachine(model.exe, "sim")
+    vm = shapefn.VirtualMachine(model.exe, device)
     outputs = vm(*args)
     del vm
     gc.collect()
     assert_same_outputs([tuple(t.numpy() for t in outputs)], [model.reference(*args)])
 
     # A call handle keeps its VM alive; VMs made afterwards must not take its place.
-    main = shapefn.VirtualMachine(model.exe, "sim")["main"]
+    main = shapefn.VirtualMachine(model.exe, device)["main"]
     gc.collect()
-    others = [shapefn.VirtualMachine(OverlapProbe.program(), "sim") for _ in range(8)]
+    others = [shapefn.VirtualMachine(OverlapProbe.program(), device) for _ in range(8)]
     got = main(*args)
     assert_same_outputs([tuple(t.numpy() for t in got)], [model.reference(*args)])
     del others
@@ -220,7 +242,9 @@ def test_outputs_and_call_handles_outlive_their_vm(slice_nonzero_model):
 def test_registry_under_concurrent_registration_reads_and_vm_creation(tmp_path):
     """Threads register Python shape functions for one op at different
     levels, register ops of their own, read entries and create VMs, all at
-    once; every read sees a whole entry and the highest level wins."""
+    once; every read sees a whole entry and the highest level wins. (Only
+    on sim: the program is one host shape function and does nothing on its
+    device.)"""
     shapefn.set_cache_dir(tmp_path)
     op = "test.concurrency.shared"
     levels = list(range(11, 19))

@@ -1,5 +1,7 @@
-"""Devices: the sim copy engine's counts and cost model, strict mode, and TVM
-devices through TVM's DeviceAPI."""
+"""Devices: the sim copy engine's counts and cost model, strict mode, OpenCL
+devices by name and their copies as the VM and the device count them, and
+TVM devices through TVM's DeviceAPI. (tests/test_opencl_runtime.py tests the
+OpenCL runtime itself.)"""
 import subprocess
 import sys
 import textwrap
@@ -8,6 +10,7 @@ import numpy as np
 import pytest
 
 import shapefn
+from conftest import opencl
 from shapefn import Param, ProgramBuilder
 
 
@@ -93,6 +96,38 @@ def test_tvm_device_adapter_runs_through_tvm_device_api():
     assert y.device == "cpu"
     np.testing.assert_array_equal(y.numpy(), x)
     assert vm.counters["h2d_bytes"] == x.nbytes
+
+
+@opencl
+def test_opencl_devices_by_name():
+    found = shapefn.opencl_devices()
+    listed = [d for d in shapefn.list_devices() if d["kind"] == "opencl"]
+    assert listed == [{**d, "kind": "opencl"} for d in found]
+    for i, info in enumerate(found):
+        dev = shapefn.device(info["name"])
+        assert info["name"] == f"opencl:{i}" and dev.name == info["name"] and not dev.is_host
+    assert shapefn.device("opencl") is shapefn.device("opencl:0")
+    with pytest.raises(ValueError, match=rf"no OpenCL device opencl:{len(found)}: this machine has {len(found)}"):
+        shapefn.device(f"opencl:{len(found)}")
+    for spec in ("opencl:x", "opencl:-1", "opencl:"):
+        with pytest.raises(ValueError, match=rf"device '{spec}': expected 'opencl' or 'opencl:<index>'"):
+            shapefn.device(spec)
+
+
+@opencl
+def test_opencl_copies_are_counted_by_the_vm_and_by_the_device():
+    vm = shapefn.VirtualMachine(upload_program(), "opencl")
+    x = np.arange(250_000, dtype=np.float32)
+    shapefn.reset_device_counters("opencl")
+    y = vm(x)
+    assert y.device == "opencl:0"
+    c = vm.counters
+    assert (c["h2d_copies"], c["h2d_bytes"], c["d2h_copies"], c["syncs"]) == (1, x.nbytes, 0, 0)
+    assert c["modelled_transfer_s"] == 0  # real copies: nothing is modelled
+    np.testing.assert_array_equal(y.numpy(), x)  # a host copy of the result: one copy, one sync
+    d = shapefn.device_counters("opencl")
+    assert (d["h2d_copies"], d["h2d_bytes"], d["d2h_copies"], d["d2h_bytes"]) == (1, x.nbytes, 1, x.nbytes)
+    assert d["syncs"] == 1 and d["kernel_launches"] == 0
 
 
 @pytest.mark.skipif(not shapefn.tvm_device_exists("cuda"), reason="no CUDA device on this machine")

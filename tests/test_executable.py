@@ -5,9 +5,12 @@ Corrupt files are made from a real program: truncated at every length,
 single bits flipped (first with the stale checksum, then with the checksum
 recomputed so the table reader and the verifier must catch them), and the
 format version changed. Corrupt files that still load are run in a
-subprocess, so a crash or a hang fails a test instead of killing pytest.
-Hand-written code words drive the verifier through ``from_parts``.
+subprocess, so a crash or a hang fails a test instead of killing pytest; on
+sim and on a real OpenCL device, where a host read of device memory faults
+(sim's memory is host memory). Hand-written code words drive the verifier
+through ``from_parts``.
 """
+import functools
 import json
 import os
 import re
@@ -17,8 +20,10 @@ import sys
 
 import numpy as np
 import pytest
+import tvm
 
 import shapefn
+from conftest import DEVICES, device_target
 from shapefn import ExecutableFormatError, Param, ProgramBuilder, _core, kernels
 
 # File header: magic[8], version u32, payload size u64, checksum u64.
@@ -108,6 +113,25 @@ def saved_program(program, tmp_path_factory):
     path = tmp_path_factory.mktemp("saved") / "program.sfx"
     program.save(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def programs(program, saved_program, tmp_path_factory):
+    """``programs(device)``: the program with its kernels built for
+    ``device`` ("sim" or "host": the CPU; "opencl") and the file it was
+    saved to, once per device."""
+
+    @functools.cache
+    def get(device):
+        if device in ("sim", "host"):
+            return program, saved_program
+        target = device_target(device)
+        built = build_program(kernels.build({"scale": kernels.scale()}, target))
+        path = tmp_path_factory.mktemp(f"saved-{device}") / "program.sfx"
+        built.save(path)  # copies the kernel cache's library file
+        return built, path
+
+    return get
 
 
 # ---------------------------------------------------------------------------
@@ -206,8 +230,9 @@ def instruction_starts(code):
 # ---------------------------------------------------------------------------
 # 1. Round trip.
 
-@pytest.mark.parametrize("device", ["sim", "host"])
-def test_save_load_round_trip(program, saved_program, device):
+@pytest.mark.parametrize("device", ["host", *DEVICES])
+def test_save_load_round_trip(programs, device):
+    program, saved_program = programs(device)
     assert saved_program.exists()
     assert os.path.exists(str(saved_program) + ".kernels.so")
 
@@ -317,7 +342,7 @@ spec = json.load(open(sys.argv[1]))
 library = tvm.runtime.load_module(spec["library"])
 kernel_funcs = {"scale": library["scale"]}
 x = np.asarray(spec["x"], dtype=np.float32)
-device = shapefn.sim(arena_bytes=1 << 26)
+device = shapefn.sim(arena_bytes=1 << 26) if spec["device"] == "sim" else spec["device"]
 for index, blob in enumerate(spec["blobs"]):
     faulthandler.dump_traceback_later(spec["timeout_s"], exit=True)
     try:
@@ -344,9 +369,10 @@ for index, blob in enumerate(spec["blobs"]):
 '''
 
 
-def run_corrupt(tmp_path, library, blobs, timeout_s=3.0, max_failures=4):
-    """Loads and runs each blob in a worker subprocess. A case that crashes or
-    hangs the worker is recorded as such and the worker restarts after it."""
+def run_corrupt(tmp_path, library, blobs, device, timeout_s=3.0, max_failures=4):
+    """Loads and runs each blob in a worker subprocess on ``device``, its
+    kernels from ``library``. A case that crashes or hangs the worker is
+    recorded as such and the worker restarts after it."""
     worker = tmp_path / "corrupt_worker.py"
     worker.write_text(WORKER)
     spec_path = tmp_path / "cases.json"
@@ -354,7 +380,7 @@ def run_corrupt(tmp_path, library, blobs, timeout_s=3.0, max_failures=4):
     start, failures = 0, 0
     while start < len(blobs):
         spec_path.write_text(json.dumps({
-            "library": str(library), "x": X.tolist(), "timeout_s": timeout_s,
+            "library": str(library), "device": device, "x": X.tolist(), "timeout_s": timeout_s,
             "blobs": [bytes(b).hex() for b in blobs[start:]]}))
         proc = subprocess.run([sys.executable, str(worker), str(spec_path)], cwd=tmp_path,
                               capture_output=True, text=True, timeout=120)
@@ -404,16 +430,18 @@ def check_corrupt_records(blob, cases, blobs, records, text):
     assert not bad, "\n".join(bad)
 
 
-def test_bit_flips_with_recomputed_checksum_never_crash(program, blob, saved_program, tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_bit_flips_with_recomputed_checksum_never_crash(program, blob, programs, device, tmp_path):
     cases = flip_cases(blob)
     blobs = [with_header(flip(blob, offset, bit)) for offset, bit in cases]
-    records = run_corrupt(tmp_path, str(saved_program) + ".kernels.so", blobs)
+    records = run_corrupt(tmp_path, str(programs(device)[1]) + ".kernels.so", blobs, device)
     check_corrupt_records(blob, cases, blobs, records, program.as_text())
     outcomes = {r["outcome"] for r in records}
     assert "format_error" in outcomes and "ran" in outcomes
 
 
-def test_opcode_bit_flips_never_crash_or_hang(program, blob, saved_program, tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcode_bit_flips_never_crash_or_hang(program, blob, programs, device, tmp_path):
     # Every single-bit change of every opcode (they fit in 5 bits) with a valid
     # checksum: each new instruction sequence is rejected, fails cleanly, or runs.
     cases = []
@@ -421,7 +449,7 @@ def test_opcode_bit_flips_never_crash_or_hang(program, blob, saved_program, tmp_
         for pc in instruction_starts(words):
             cases.extend((code_offset + 8 * pc, bit) for bit in range(5))
     blobs = [with_header(flip(blob, offset, bit)) for offset, bit in cases]
-    records = run_corrupt(tmp_path, str(saved_program) + ".kernels.so", blobs)
+    records = run_corrupt(tmp_path, str(programs(device)[1]) + ".kernels.so", blobs, device)
     check_corrupt_records(blob, cases, blobs, records, program.as_text())
 
 

@@ -6,6 +6,7 @@ import tvm
 from tvm import relax, tirx
 
 import shapefn
+from conftest import DEVICES, opencl, run_on_devices
 from shapefn import kernel_cache
 from shapefn.compiler.fold_constants import fold_constant_kernels
 from shapefn.compiler.legalize import legalize_map
@@ -63,10 +64,22 @@ def test_fold_kernels_come_from_the_cache(cache_dir):
     assert after.misses == middle.misses
 
 
-def test_compiled_program_matches_relax_vm(cache_dir):
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_program_matches_relax_vm(cache_dir, device):
     mod = weights_module()
     x = np.random.default_rng(1).standard_normal((3, 4)).astype("float32")
-    exe = shapefn.compile(mod, "sim")
-    got = shapefn.VirtualMachine(exe, shapefn.sim(strict=True))(x).numpy()
+    exe = shapefn.compile(mod, device)
+    got = shapefn.VirtualMachine(exe, shapefn.sim(strict=True) if device == "sim" else device)(x).numpy()
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     np.testing.assert_allclose(got, vm["main"](tvm.runtime.tensor(x)).numpy(), rtol=1e-6, atol=1e-6)
+
+
+@opencl
+def test_folded_program_counts_the_same_on_sim_and_opencl(cache_dir):
+    """Everything but the add that reads x is folded: one kernel call on
+    either device."""
+    x = np.random.default_rng(2).standard_normal((5, 4)).astype("float32")
+    results = run_on_devices(weights_module(), [[x]])  # asserts the counters equal
+    for device, [(got, counters)] in results.items():
+        assert counters["kernel_calls"] == 1, device
+        np.testing.assert_allclose(got, results["sim"][0][0], rtol=1e-6, atol=1e-6)

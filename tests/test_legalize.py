@@ -1,11 +1,14 @@
-"""shapefn's legalizations that replace TVM's, against numpy and TVM's Relax VM."""
+"""shapefn's legalizations that replace TVM's, against numpy and TVM's Relax
+VM, run on a strict sim and on a real OpenCL device (where the GPU forms of
+concat and scatter run)."""
 import numpy as np
 import pytest
 import tvm
 from tvm import relax, tirx
 
 import shapefn
-from shapefn.compiler import lower
+from conftest import DEVICES, device_target, opencl, run_on_devices
+from shapefn.compiler import lower, target_schedule
 from shapefn.compiler.lower_dynamic import lower_dynamic_ops
 from shapefn.compiler.legalize import SEQUENTIAL_CONCAT_MAX_INPUTS, SEQUENTIAL_CONCAT_MIN_SYMBOLIC_INPUTS
 
@@ -15,12 +18,19 @@ def relax_vm(mod, *args):
     return vm["main"](*[tvm.runtime.tensor(a) for a in args]).numpy()
 
 
+def vm_device(device):
+    """The VM's device for ``device``: a strict sim (host reads of device
+    memory fault there), else the device itself."""
+    return shapefn.sim(strict=True) if device == "sim" else device
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("count, ndim, axis", [
     (SEQUENTIAL_CONCAT_MIN_SYMBOLIC_INPUTS, 2, 0),
     (SEQUENTIAL_CONCAT_MAX_INPUTS + 1, 2, 1),
     (3 * SEQUENTIAL_CONCAT_MAX_INPUTS - 2, 1, 0),
 ])
-def test_concat_of_many_symbolic_inputs(count, ndim, axis):
+def test_concat_of_many_symbolic_inputs(count, ndim, axis, device):
     """Concats that shapefn legalizes as sequential copies (in a tree past
     SEQUENTIAL_CONCAT_MAX_INPUTS inputs), including empty inputs."""
     # ``count`` inputs of symbolic extent and one (the second) of static extent.
@@ -32,7 +42,8 @@ def test_concat_of_many_symbolic_inputs(count, ndim, axis):
     with bb.function("main", params):
         bb.emit_func_output(bb.emit(relax.op.concat(params, axis=axis)))
     mod = bb.get()
-    lowered = lower(lower_dynamic_ops(mod))
+    target = device_target(device)  # the GPU forms on opencl
+    lowered = lower(lower_dynamic_ops(mod, target_schedule.is_gpu(target)), target)
     kernels = {gv.name_hint: f for gv, f in lowered.functions.items() if isinstance(f, tirx.PrimFunc)}
     assert not any(name.startswith("concatenate") for name in kernels)  # TVM's legalization's name
     assert max(len(f.params) for f in kernels.values()) <= SEQUENTIAL_CONCAT_MAX_INPUTS + 1  # and the output
@@ -40,8 +51,8 @@ def test_concat_of_many_symbolic_inputs(count, ndim, axis):
     extents = [k % 3 for k in range(count)]
     extents.insert(1, 2)
     args = [rng.standard_normal([e, 3][:ndim] if axis == 0 else [3, e]).astype("float32") for e in extents]
-    exe = shapefn.compile(mod, "sim")
-    got = shapefn.VirtualMachine(exe, shapefn.sim(strict=True))(*args).numpy()
+    exe = shapefn.compile(mod, device)
+    got = shapefn.VirtualMachine(exe, vm_device(device))(*args).numpy()
     np.testing.assert_array_equal(got, np.concatenate(args, axis=axis))
     np.testing.assert_array_equal(got, relax_vm(mod, *args))
 
@@ -70,13 +81,14 @@ def scatter_module(data_shape, index_shape, axis, reduction, index_dtype):
     return bb.get()
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("reduction", ["update", "add", "mul", "mean", "min", "max"])
 @pytest.mark.parametrize("data_shape, index_shape, axis, index_dtype", [
     ((6, 4, 3, 2), (5, 4, 3, 2), 0, "int64"),  # Faster R-CNN's case: symbolic 4-d along axis 0
     ((3, 7, 2), (3, 4, 2), -2, "int32"),
     ((9,), (5,), 0, "int64"),
 ])
-def test_scatter_elements(reduction, data_shape, index_shape, axis, index_dtype):
+def test_scatter_elements(reduction, data_shape, index_shape, axis, index_dtype, device):
     """Symbolic sizes, negative and repeated indices, against numpy's ONNX
     semantics and TVM's Relax VM."""
     rng = np.random.default_rng(len(data_shape))
@@ -86,8 +98,8 @@ def test_scatter_elements(reduction, data_shape, index_shape, axis, index_dtype)
     updates = rng.standard_normal(index_shape).astype("float32")
     ndim = len(data_shape)
     symbolic = [[tirx.Var(f"{prefix}{a}", "int64") for a in range(ndim)] for prefix in "di"]
-    exe = shapefn.compile(scatter_module(*symbolic, axis, reduction, index_dtype), "sim")
-    got = shapefn.VirtualMachine(exe, shapefn.sim(strict=True))(data, indices, updates).numpy()
+    exe = shapefn.compile(scatter_module(*symbolic, axis, reduction, index_dtype), device)
+    got = shapefn.VirtualMachine(exe, vm_device(device))(data, indices, updates).numpy()
     want = numpy_scatter_elements(data, indices, updates, axis % ndim, reduction)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     # TVM's own kernel, compiled for these static shapes (symbolic ones take it minutes).
@@ -95,7 +107,8 @@ def test_scatter_elements(reduction, data_shape, index_shape, axis, index_dtype)
     np.testing.assert_allclose(got, relax_vm(static, data, indices, updates), rtol=1e-6, atol=1e-6)
 
 
-def test_scatter_elements_indices_narrower_than_data():
+@pytest.mark.parametrize("device", DEVICES)
+def test_scatter_elements_indices_narrower_than_data(device):
     """ONNX allows indices smaller than the data in every dimension; TVM's
     kernel misplaces updates when, as here, one of them is neither the
     first, the axis nor the one after it (so it is not compared)."""
@@ -104,6 +117,29 @@ def test_scatter_elements_indices_narrower_than_data():
     indices = rng.integers(-2, 2, (2, 3, 2))
     updates = rng.standard_normal((2, 3, 2)).astype("float32")
     symbolic = [[tirx.Var(f"{prefix}{a}", "int64") for a in range(3)] for prefix in "di"]
-    exe = shapefn.compile(scatter_module(*symbolic, 0, "add", "int64"), "sim")
-    got = shapefn.VirtualMachine(exe, shapefn.sim(strict=True))(data, indices, updates).numpy()
+    exe = shapefn.compile(scatter_module(*symbolic, 0, "add", "int64"), device)
+    got = shapefn.VirtualMachine(exe, vm_device(device))(data, indices, updates).numpy()
     np.testing.assert_allclose(got, numpy_scatter_elements(data, indices, updates, 0, "add"), rtol=1e-6)
+
+
+@opencl
+def test_concat_and_scatter_count_the_same_on_sim_and_opencl():
+    rng = np.random.default_rng(5)
+    n = [tirx.Var(f"n{k}", "int64") for k in range(SEQUENTIAL_CONCAT_MAX_INPUTS + 2)]
+    params = [relax.Var(f"x{k}", relax.TensorType([s, 3], "float32")) for k, s in enumerate(n)]
+    bb = relax.BlockBuilder()
+    with bb.function("main", params):
+        bb.emit_func_output(bb.emit(relax.op.concat(params, axis=0)))
+    pieces = [rng.standard_normal((k % 3, 3)).astype("float32") for k in range(len(n))]
+    concat = run_on_devices(bb.get(), [pieces])
+    for device, [(got, _)] in concat.items():
+        np.testing.assert_array_equal(got, np.concatenate(pieces), err_msg=device)
+
+    symbolic = [[tirx.Var(f"{prefix}{a}", "int64") for a in range(2)] for prefix in "di"]
+    data = rng.standard_normal((6, 4)).astype("float32")
+    calls = [[data, rng.integers(-6, 6, shape), rng.standard_normal(shape).astype("float32")]
+             for shape in [(5, 4), (0, 4)]]
+    scatter = run_on_devices(scatter_module(*symbolic, 0, "add", "int64"), calls)
+    for device, runs in scatter.items():
+        for args, (got, _) in zip(calls, runs, strict=True):
+            np.testing.assert_allclose(got, numpy_scatter_elements(*args, 0, "add"), rtol=1e-6, err_msg=device)

@@ -1,9 +1,9 @@
 """ONNX ``Loop`` imported by shapefn.from_onnx as a recursive Relax function,
-compiled for a strict sim and compared with onnxruntime: counted and
-while-style loops, scan outputs, bodies reading the enclosing graph's
-values, trip counts computed at run time, a mask-pasting loop, nested loops,
-and a 10,000-iteration loop (the self tail call is a jump, so the VM's call
-depth does not grow)."""
+compiled for a strict sim and for a real OpenCL device and compared with
+onnxruntime: counted and while-style loops, scan outputs, bodies reading the
+enclosing graph's values, trip counts computed at run time, a mask-pasting
+loop, nested loops, and a 10,000-iteration loop (the self tail call is a
+jump, so the VM's call depth does not grow)."""
 import numpy as np
 import pytest
 import tvm
@@ -11,10 +11,10 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
 import shapefn
+from conftest import DEVICES
 from shapefn.frontend import from_onnx
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
-rng = np.random.default_rng(0)
 
 
 def info(name, elem_type, shape=None):
@@ -43,6 +43,7 @@ def model(nodes, inputs, outputs, inits=()):
 
 def counted():
     """``for i < 4: x = x * 0.5 + i; n = n + 1`` (M a constant, no condition)."""
+    rng = np.random.default_rng(0)  # the same feeds on every device
     body = body_graph(
         [node("Cast", ["i"], ["fi"], to=F), node("Mul", ["x_in", "half"], ["h"]), node("Add", ["h", "fi"], ["x_out"]),
          node("Add", ["n_in", "one"], ["n_out"]), node("Identity", ["cond_in"], ["cond_out"])],
@@ -68,6 +69,7 @@ def while_style():
 
 def scans():
     """Scan outputs of per-iteration shapes [N] and [2]; M an input."""
+    rng = np.random.default_rng(0)  # the same feeds on every device
     body = body_graph(
         [node("Cast", ["i"], ["fi"], to=F), node("Mul", ["x_in", "fi"], ["xs"]),
          node("Add", ["x_in", "one"], ["x_out"]), node("ReduceMax", ["x_out"], ["mx"], keepdims=1),
@@ -85,6 +87,7 @@ def outer_scope():
     """The body reads a graph input (w), a tensor computed outside (b), a
     shape value TVM keeps as a shape (Shape(x), a reshape target) and a size
     it keeps as a scalar (Gather(Shape(x), 0))."""
+    rng = np.random.default_rng(0)  # the same feeds on every device
     body = body_graph(
         [node("MatMul", ["h_in", "w"], ["hw"]), node("Add", ["hw", "b"], ["hb"]), node("Relu", ["hb"], ["r"]),
          node("Cast", ["rows"], ["rows_f"], to=F), node("Div", ["r", "rows_f"], ["rs"]),
@@ -101,6 +104,7 @@ def outer_scope():
 def data_dependent_trip_count():
     """M = the number of positive elements of x, computed on the device; the
     carried ``acc`` grows by one element per iteration (Concat)."""
+    rng = np.random.default_rng(0)  # the same feeds on every device
     body = body_graph(
         [node("Unsqueeze", ["i", "axis0"], ["i1"]), node("Concat", ["acc_in", "i1"], ["acc_out"], axis=0),
          node("Gather", ["x", "i"], ["xi"], axis=0), node("Add", ["s_in", "xi"], ["s_out"]),
@@ -130,6 +134,7 @@ def paste_masks():
     """torchvision's ``_onnx_paste_masks_in_image_loop`` in small: for each
     detection (M from ``Shape(masks)``), its 28x28 mask resized to its box's
     runtime size and padded into the image, appended to a growing result."""
+    rng = np.random.default_rng(0)  # the same feeds on every device
     body = body_graph(
         [node("Gather", ["masks", "i"], ["mask"], axis=0), node("Unsqueeze", ["mask", "axes01"], ["mask4"]),
          node("Gather", ["boxes", "i"], ["box"], axis=0),
@@ -171,6 +176,7 @@ def paste_masks():
 def nested():
     """A loop in a loop: the inner one runs the outer's iteration number of
     times, adding a graph input to the outer's carried value."""
+    rng = np.random.default_rng(0)  # the same feeds on every device
     inner = body_graph([node("Add", ["t_in", "x"], ["t_out"]), node("Identity", ["c_in"], ["c_out"])],
                        [("t_in", F)], [("t_out", F)], names=("j", "c_in", "c_out"))
     outer = body_graph([node("Loop", ["i", "", "acc_in"], ["acc_out"], body=inner),
@@ -188,14 +194,17 @@ CASES = {f.__name__: f for f in (counted, while_style, scans, outer_scope, data_
 
 @pytest.mark.parametrize("case", CASES)
 def test_loop_matches_onnxruntime(onnx_check, case):
+    """On sim and on OpenCL (onnx_check's devices), with the same counters."""
     onnx_check(*CASES[case]())
 
 
-def test_long_loop_runs_in_one_frame(sim):
+@pytest.mark.parametrize("device", DEVICES)
+def test_long_loop_runs_in_one_frame(device):
     """The tail call is a jump: 10,000 iterations run within the default call
     depth limit (512)."""
     m, feeds = long_loop()
-    vm = shapefn.VirtualMachine(shapefn.compile(from_onnx(m), "sim"), sim)
+    vm = shapefn.VirtualMachine(shapefn.compile(from_onnx(m), device),
+                                shapefn.sim(strict=True) if device == "sim" else device)
     x, s = vm(*feeds[0])
     np.testing.assert_array_equal(x.numpy(), np.full(3, 10_000, np.float32))
     assert int(s.numpy()) == sum(range(10_000))
@@ -204,12 +213,13 @@ def test_long_loop_runs_in_one_frame(sim):
     assert (vm.counters["d2h_bytes"], vm.counters["syncs"]) == (8, 1)
 
 
-def test_counted_loop_matches_tvm_relax_vm():
+@pytest.mark.parametrize("device", DEVICES)
+def test_counted_loop_matches_tvm_relax_vm(device):
     """The imported Relax module runs the same on TVM's own Relax VM."""
     m, feeds = counted()
     mod = from_onnx(m)
     reference = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
-    vm = shapefn.VirtualMachine(shapefn.compile(mod, "sim"), "sim")
+    vm = shapefn.VirtualMachine(shapefn.compile(mod, device), device)
     for (x,) in feeds:
         want = reference["main"](tvm.runtime.tensor(x))
         got = vm(x)

@@ -1,6 +1,7 @@
 """A Mask R-CNN-style mask head (torchvision's roi_heads mask branch, small
 and hand-made), imported with shapefn.from_onnx, compiled once for a strict
-sim and compared with onnxruntime at two feature-map sizes and detection
+sim and once for opencl (``onnx_check`` runs it on both, the counters equal)
+and compared with onnxruntime at two feature-map sizes and detection
 counts: detections kept by a score threshold (NonZero) and the best of them
 (TopK with a runtime k), RoiAlign at 14x14 on those boxes, Conv + ConvTranspose
 (2x2, stride 2) + Conv to per-class 28x28 logits, Sigmoid, and each

@@ -1,9 +1,10 @@
 """The ONNX operators of torchvision's SSD-lite and Faster R-CNN exports
 (opset 11), one small model each, used the way those models use them:
 imported with shapefn.from_onnx, compiled once, run at several shapes or
-values on a strict sim and compared with onnxruntime. Element-wise,
-layout and network ops here; ops whose shapes come from values in
-test_onnx_ops_dynamic.py."""
+values on a strict sim and on opencl (the ``onnx_check`` fixture runs each
+test on both, the counters on opencl equal to those on sim) and compared
+with onnxruntime. Element-wise, layout and network ops here; ops whose
+shapes come from values in test_onnx_ops_dynamic.py."""
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper

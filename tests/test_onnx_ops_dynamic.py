@@ -3,7 +3,8 @@
 sizes, slice bounds, and count-sized results (NonZero, NMS). Each small
 model is imported with shapefn.from_onnx and compiled once, then run at
 several shapes and values (zero-size results included) on a strict sim and
-compared with onnxruntime."""
+on opencl (the ``onnx_check`` fixture runs each test on both) and compared
+with onnxruntime, the counters on opencl equal to those on sim."""
 import pathlib
 
 import numpy as np

@@ -1,6 +1,7 @@
 """vm.profile: per-op counts and bytes against the program and the VM's
-counters, the sim's modelled copy times, the Chrome trace, and that
-profiling changes neither results nor later calls."""
+counters, the sim's modelled copy times, OpenCL's host-side dispatch times,
+the Chrome trace, and that profiling changes neither results nor later
+calls. Programs run on sim and on opencl."""
 import json
 import re
 
@@ -11,14 +12,16 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 
 import shapefn
+from conftest import DEVICES, device_independent, opencl
 from shapefn import Label, Param, ProgramBuilder
 
 
 @pytest.fixture(scope="module")
-def model(first_rows_op):
-    """A small dynamic model compiled for sim: a device-computed slice bound
-    (read back for a native shape function), a nonzero (its count read back),
-    and a user op whose shape function is Python (compiled with TVM) taking the first k rows, doubled."""
+def models(first_rows_op):
+    """``models(device)``: a small dynamic model compiled for ``device`` (once
+    per device): a device-computed slice bound (read back for a native shape
+    function), a nonzero (its count read back), and a user op whose shape
+    function is Python (compiled with TVM) taking the first k rows, doubled."""
     @tvm.script.ir_module
     class Model:
         @R.function
@@ -37,7 +40,30 @@ def model(first_rows_op):
             first = R.call_dps_packed("test.first_rows", (y, k), out_ty=R.Tensor((rows, cols), "float32"))
             return (s, nz, first)
 
-    return shapefn.compile(Model, "sim"), first_rows_op
+    compiled = {}
+
+    def exe(device):
+        if device not in compiled:
+            compiled[device] = shapefn.compile(Model, device)
+        return compiled[device]
+
+    return exe
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return request.param
+
+
+@pytest.fixture
+def exe(models, device):
+    """The model compiled for the test's device."""
+    return models(device)
+
+
+def default(device):
+    """A VM's device: a new default sim, or the named device."""
+    return shapefn.sim() if device == "sim" else device
 
 
 def model_args(seed=0):
@@ -73,9 +99,8 @@ def as_tuple(outputs):
     return tuple(o.numpy() for o in outputs)
 
 
-def test_each_kernel_and_shape_function_counted_as_often_as_it_ran(model):
-    exe, _ = model
-    report = shapefn.VirtualMachine(exe, shapefn.sim()).profile(*model_args())
+def test_each_kernel_and_shape_function_counted_as_often_as_it_ran(exe, device):
+    report = shapefn.VirtualMachine(exe, default(device)).profile(*model_args())
     assert "goto" not in exe.as_text() and " if " not in exe.as_text()  # straight-line: each runs once
     assert rows_of(report, "kernel") == static_counts(exe, "invoke_kernel", exe.kernel_names)
     assert sum(rows_of(report, "kernel").values()) == report.counters["kernel_calls"]
@@ -85,7 +110,7 @@ def test_each_kernel_and_shape_function_counted_as_often_as_it_ran(model):
     assert sum(r["count"] for r in report.rows if r["kind"] == "shape_func") == report.counters["shape_func_calls"]
 
 
-def test_kernel_in_a_loop_counted_per_execution():
+def test_kernel_in_a_loop_counted_per_execution(kernel_libs, device):
     # scale runs n times, from one invoke_kernel instruction in a loop.
     pb = ProgramBuilder()
     fb = pb.function("main", [Param("x", "float32", ["n"])])
@@ -101,17 +126,16 @@ def test_kernel_in_a_loop_counted_per_execution():
     fb.goto(top)
     fb.place(done)
     fb.ret(out)
-    vm = shapefn.VirtualMachine(pb.build(library=shapefn.kernels.build({"scale": shapefn.kernels.scale()})),
-                                shapefn.sim())
+    vm = shapefn.VirtualMachine(pb.build(library=kernel_libs(device)), default(device))
     for size in (0, 1, 7):
         report = vm.profile(np.ones(size, np.float32))
+        np.testing.assert_array_equal(report.outputs.numpy(), np.ones(size, np.float32))
         assert rows_of(report, "kernel") == ({"scale": size} if size else {})
         assert report.counters["kernel_calls"] == size
 
 
-def test_bytes_and_copies_equal_the_vm_counters(model):
-    exe, _ = model
-    vm = shapefn.VirtualMachine(exe, shapefn.sim())
+def test_bytes_and_copies_equal_the_vm_counters(models, exe, device):
+    vm = shapefn.VirtualMachine(exe, default(device))
     x, offset, k = model_args()
     vm.reset_counters()
     report = vm.profile(x, offset, k)
@@ -127,10 +151,14 @@ def test_bytes_and_copies_equal_the_vm_counters(model):
     assert totals["pool_allocations"] + totals["device_allocations"] == counters["allocations"]
     copies = [r for r in report.rows if r["kind"] == "copy"]
     assert sum(r["modelled_us"] for r in copies) * 1e-6 == pytest.approx(counters["modelled_transfer_s"])
+    if device != "sim":  # the same work as on sim
+        on_sim = shapefn.VirtualMachine(models("sim"), shapefn.sim())
+        on_sim(x, offset, k)
+        assert device_independent(counters) == device_independent(on_sim.counters)
 
 
-def test_sim_copies_take_their_modelled_time_on_the_device_track(model):
-    exe, _ = model
+def test_sim_copies_take_their_modelled_time_on_the_device_track(models):
+    exe = models("sim")
     # The device track of a sim is its cost model's timeline, not a clock:
     # every assertion below holds by construction of the model, whatever the
     # machine's speed (nothing here is wall time).
@@ -154,8 +182,8 @@ def test_sim_copies_take_their_modelled_time_on_the_device_track(model):
     assert report.totals["modelled_wait_us"] >= 3 * latency * 1e6 * 0.99
 
 
-def test_tvm_cpu_device_work_is_measured_not_modelled(model):
-    exe, _ = model
+def test_tvm_cpu_device_work_is_measured_not_modelled(models):
+    exe = models("sim")
     vm = shapefn.VirtualMachine(exe, "cpu")  # TVM's CPU DeviceAPI: no cost model, synchronous kernels
     args = model_args()
     report = vm.profile(*args)
@@ -167,9 +195,40 @@ def test_tvm_cpu_device_work_is_measured_not_modelled(model):
     assert report.totals["d2h_bytes"] == report.counters["d2h_bytes"] == 32
 
 
-def test_chrome_trace_has_host_and_device_tracks(model, tmp_path):
-    exe, _ = model
-    report = shapefn.VirtualMachine(exe, shapefn.sim()).profile(*model_args())
+@opencl
+def test_opencl_kernels_and_copies_are_timed_as_the_host_calls_that_queue_them(models):
+    """On OpenCL a kernel launch or a copy returns once the work is queued:
+    the device track has the host-side call's time (``host_call``), never a
+    modelled one, and only syncs wait for the device (measured)."""
+    args = model_args()
+    report = shapefn.VirtualMachine(models("opencl"), "opencl").profile(*args)
+    for got, want in zip(as_tuple(report.outputs), model_reference(*args), strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert report.device == "opencl:0"
+    host = [e for e in report.events if e.track == "host"]
+    device = [e for e in report.events if e.track == "device"]
+    assert {e.category for e in device} == {"copy", "kernel"}
+    assert all(e.time_source == "host_call" for e in device)
+    # One device event per kernel launched and copy issued on the device
+    # (kernels placed on the host have none).
+    issued = [e for e in host if e.category in ("copy", "kernel") and e.device == "opencl:0"]
+    assert sorted((e.category, e.name) for e in device) == sorted((e.category, e.name) for e in issued)
+    assert any(e.category == "kernel" and e.device == "host" for e in host)
+    for e in device:
+        twin = next(h for h in issued if (h.category, h.name, h.start_ns) == (e.category, e.name, e.start_ns))
+        assert e.duration_ns == twin.measured_ns
+    syncs = [e for e in host if e.category == "sync"]
+    assert len(syncs) == report.counters["syncs"] == 3
+    assert all(e.time_source == "measured" and e.duration_ns == e.measured_ns for e in syncs)
+    assert all(e.modelled_ns == 0 for e in report.events)
+    assert report.totals["modelled_wait_us"] == report.totals["modelled_transfer_us"] == 0
+    assert report.call.time_source == "measured"
+    assert "host_call: host-side call that queued the work" in report.configuration["timing"]
+    assert "modelled" not in report.configuration["timing"]
+
+
+def test_chrome_trace_has_host_and_device_tracks(exe, device, tmp_path):
+    report = shapefn.VirtualMachine(exe, default(device)).profile(*model_args())
     path = tmp_path / "trace.json"
     report.to_chrome_trace(path)
     trace = json.loads(path.read_text())
@@ -178,11 +237,12 @@ def test_chrome_trace_has_host_and_device_tracks(model, tmp_path):
     assert complete and all(e["dur"] >= 0 and e["ts"] >= 0 for e in complete)
     names = {(e["pid"], e["args"]["name"]) for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     host_pid = next(pid for pid, name in names if name == "host")
-    device_pid = next(pid for pid, name in names if name == "device sim")
+    device_pid = next(pid for pid, name in names if name == f"device {shapefn.device(device).name}")
     assert host_pid != device_pid
     on_device = [e for e in complete if e["pid"] == device_pid]
     assert {e["cat"] for e in on_device} == {"copy", "kernel"}
-    assert all(e["args"]["time_source"] == "modelled" for e in on_device if e["cat"] == "copy")
+    copy_time = "modelled" if device == "sim" else "host_call"  # sim's cost model; OpenCL's enqueue
+    assert all(e["args"]["time_source"] == copy_time for e in on_device if e["cat"] == "copy")
     host = [e for e in complete if e["pid"] == host_pid]
     assert sum(e["cat"] == "sync" for e in host) == report.counters["syncs"]
     assert sum(e["cat"] == "copy" for e in host) == report.counters["h2d_copies"] + report.counters["d2h_copies"]
@@ -202,9 +262,8 @@ def test_chrome_trace_has_host_and_device_tracks(model, tmp_path):
     assert flows and all(f == {"s": host_pid, "f": device_pid} for f in flows.values())
 
 
-def test_table_and_json(model):
-    exe, _ = model
-    report = shapefn.VirtualMachine(exe, shapefn.sim()).profile(*model_args())
+def test_table_and_json(exe, device):
+    report = shapefn.VirtualMachine(exe, default(device)).profile(*model_args())
     table = str(report)
     header = table.splitlines()[0].split()
     assert header[:4] == ["Name", "Duration", "(us)", "Percent"]
@@ -218,11 +277,10 @@ def test_table_and_json(model):
     assert data["configuration"]["dependence"] == "per-input"
 
 
-def test_profiling_changes_neither_outputs_nor_later_calls(model):
-    exe, _ = model
+def test_profiling_changes_neither_outputs_nor_later_calls(exe, device):
     args = model_args(seed=3)
     want = model_reference(*args)
-    vm = shapefn.VirtualMachine(exe, shapefn.sim())
+    vm = shapefn.VirtualMachine(exe, default(device))
     before = as_tuple(vm(*args))
     counters_before = vm.counters
     vm.reset_counters()
@@ -258,9 +316,8 @@ def test_host_device_has_no_device_track():
                             if e["ph"] == "M" and e["name"] == "process_name"}
 
 
-def test_failed_profiled_call_raises_and_leaves_profiling_off(model):
-    exe, _ = model
-    vm = shapefn.VirtualMachine(exe, shapefn.sim())
+def test_failed_profiled_call_raises_and_leaves_profiling_off(exe, device):
+    vm = shapefn.VirtualMachine(exe, default(device))
     x, offset, k = model_args()
     with pytest.raises(TypeError, match="dtype int64"):
         vm.profile(x, offset.astype(np.int32), k)

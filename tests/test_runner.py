@@ -1,8 +1,10 @@
 """shapefn-run, the C++ runner: saved executables run with no Python in the
-process must give the outputs and counters the Python VM gives; the .npy
-reader/writer must round-trip every dtype the VM takes; bad invocations must
-fail with a clear message and a nonzero status. The C++ embedding example in
-docs/embedding.md is compiled and run against the installed package."""
+process must give the outputs and counters the Python VM gives, on sim, the
+host and opencl (executables compiled for opencl; their counters also those
+of sim); the .npy reader/writer must round-trip every dtype the VM takes; bad
+invocations must fail with a clear message and a nonzero status. The C++
+embedding example in docs/embedding.md is compiled and run against the
+installed package."""
 import json
 import os
 import re
@@ -18,6 +20,7 @@ import tvm_ffi
 from tvm.script import relax as R
 
 import shapefn
+from conftest import DEVICES, device_independent, device_target, opencl
 from shapefn import Param, ProgramBuilder, kernels
 from test_compile import mlp, relax_reference
 from test_executable import build_program, reference
@@ -67,8 +70,9 @@ def flatten(value):
 
 
 def python_vm(path, device):
-    """A Python VM on a fresh device like the runner's: the default sim, or the host."""
-    return shapefn.VirtualMachine(shapefn.Executable.load(path), shapefn.sim() if device == "sim" else "host")
+    """A Python VM on a fresh device like the runner's: the default sim, the
+    host or an OpenCL device."""
+    return shapefn.VirtualMachine(shapefn.Executable.load(path), shapefn.sim() if device == "sim" else device)
 
 
 def save_inputs(directory, arrays):
@@ -82,7 +86,7 @@ def save_inputs(directory, arrays):
 def run_and_compare(runner, exe_path, device, arrays, cwd, repeat=1, function="main"):
     """Runs the saved executable in shapefn-run and in the Python VM the same
     number of times; asserts the same outputs and counters. Returns the
-    runner's outputs."""
+    runner's outputs and counters."""
     inputs = save_inputs(cwd, arrays)
     args = [exe_path, "--device", device, "--output-dir", "out", "--repeat", repeat, "--function", function]
     for name in inputs:
@@ -101,7 +105,7 @@ def run_and_compare(runner, exe_path, device, arrays, cwd, repeat=1, function="m
     assert report["counters"] == vm.counters
     assert report["constant_counters"] == vm.constant_counters
     assert report["repeat"] == repeat and report["device"] == device
-    return got
+    return got, report["counters"]
 
 
 # ---------------------------------------------------------------------------
@@ -129,44 +133,80 @@ def dynamic_slice_reference(x, offset):
 
 
 @pytest.fixture(scope="module")
-def saved_models(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("models")
-    paths = {}
-    for name, mod in [("slice", DynamicSlice), ("mlp", mlp(tvm.tirx.Var("n", "int64")))]:
-        paths[name] = directory / f"{name}.sfx"
-        shapefn.compile(mod, "sim").save(paths[name])
-    return paths
+def saved_for(tmp_path_factory):
+    """``saved_for(device)``: {name: path} of the models compiled for
+    ``device`` ("sim", which the host runs too, or "opencl") and saved, once
+    per device."""
+    saved = {}
+
+    def get(device):
+        compiled_for = "sim" if device == "host" else device
+        if compiled_for not in saved:
+            directory = tmp_path_factory.mktemp(f"models-{compiled_for}")
+            paths = {}
+            for name, mod in [("slice", DynamicSlice), ("mlp", mlp(tvm.tirx.Var("n", "int64")))]:
+                paths[name] = directory / f"{name}.sfx"
+                shapefn.compile(mod, compiled_for).save(paths[name])
+            saved[compiled_for] = paths
+        return saved[compiled_for]
+
+    return get
 
 
-@pytest.mark.parametrize("device", ["sim", "host"])
+@pytest.fixture(scope="module")
+def saved_models(saved_for):
+    """The models compiled for sim."""
+    return saved_for("sim")
+
+
+RUNNER_DEVICES = ["sim", "host", pytest.param("opencl", marks=opencl)]
+
+
+def assert_counters_as_on_sim(runner, saved_for, name, counters, arrays, cwd, repeat):
+    """``counters`` of a run on another device count the work the same
+    saved model does in shapefn-run on sim."""
+    inputs = save_inputs(cwd, arrays)
+    args = [saved_for("sim")[name], "--device", "sim", "--output-dir", "out-sim", "--repeat", repeat]
+    for input_name in inputs:
+        args += ["--input", input_name]
+    on_sim = run_ok(runner, args, cwd)["counters"]
+    assert device_independent(counters) == device_independent(on_sim)
+
+
+@pytest.mark.parametrize("device", RUNNER_DEVICES)
 @pytest.mark.parametrize("shape, offset", [((5, 6), [0, 1]), ((9, 4), [3, 0]), ((2, 2), [1, 1])])
-def test_dynamic_slice_matches_python_vm_and_numpy(runner, saved_models, tmp_path, device, shape, offset):
+def test_dynamic_slice_matches_python_vm_and_numpy(runner, saved_for, tmp_path, device, shape, offset):
     x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
     off = np.array(offset, np.int64)
-    got = run_and_compare(runner, saved_models["slice"], device, [x, off], tmp_path, repeat=2)
+    got, counters = run_and_compare(runner, saved_for(device)["slice"], device, [x, off], tmp_path, repeat=2)
     want = dynamic_slice_reference(x, off)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+    if device == "opencl":
+        assert_counters_as_on_sim(runner, saved_for, "slice", counters, [x, off], tmp_path, repeat=2)
 
 
-def test_dynamic_slice_copies_only_the_bounds_on_sim(runner, saved_models, tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_dynamic_slice_copies_only_the_bounds(runner, saved_for, tmp_path, device):
     x = np.ones((64, 64), np.float32)
     inputs = save_inputs(tmp_path, [x, np.array([2, 3], np.int64)])
-    report = run_ok(runner, [saved_models["slice"], "--device", "sim", "--input", inputs[0], "--input", inputs[1],
-                             "--output-dir", "out"], tmp_path)
+    report = run_ok(runner, [saved_for(device)["slice"], "--device", device, "--input", inputs[0],
+                             "--input", inputs[1], "--output-dir", "out"], tmp_path)
     assert report["counters"]["h2d_bytes"] == x.nbytes + 16
     # The slice's begin bounds (16 bytes) and nonzero's count (8): never x.
     assert report["counters"]["d2h_bytes"] == 16 + 8
 
 
-@pytest.mark.parametrize("device", ["sim", "host"])
-def test_mlp_matches_python_vm_and_relax(runner, saved_models, tmp_path, device):
+@pytest.mark.parametrize("device", RUNNER_DEVICES)
+def test_mlp_matches_python_vm_and_relax(runner, saved_for, tmp_path, device):
     dynamic = mlp(tvm.tirx.Var("n", "int64"))
     for batch in (1, 7):
         x = np.random.default_rng(batch).standard_normal((batch, 1024)).astype(np.float32)
-        (got,) = run_and_compare(runner, saved_models["mlp"], device, [x], tmp_path, repeat=3)
+        (got,), counters = run_and_compare(runner, saved_for(device)["mlp"], device, [x], tmp_path, repeat=3)
         np.testing.assert_allclose(got, relax_reference(dynamic)(x), rtol=1e-5, atol=1e-5)
+        if device == "opencl":
+            assert_counters_as_on_sim(runner, saved_for, "mlp", counters, [x], tmp_path, repeat=3)
 
 
 # ---------------------------------------------------------------------------
@@ -174,21 +214,31 @@ def test_mlp_matches_python_vm_and_relax(runner, saved_models, tmp_path, device)
 
 
 @pytest.fixture(scope="module")
-def saved_tuple_program(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tuple") / "program.sfx"
-    build_program(kernels.build({"scale": kernels.scale()})).save(path)
-    return path
+def saved_tuple_programs(tmp_path_factory):
+    """``saved_tuple_programs(device)``: the path of the tuple program, its
+    kernel built for ``device`` ("sim", which the host runs too, or "opencl")."""
+    saved = {}
+
+    def get(device):
+        if device not in saved:
+            saved[device] = tmp_path_factory.mktemp(f"tuple-{device}") / "program.sfx"
+            build_program(kernels.build({"scale": kernels.scale()}, device_target(device))).save(saved[device])
+        return saved[device]
+
+    return get
 
 
-def test_tuple_with_an_int_and_another_function(runner, saved_tuple_program, tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_tuple_with_an_int_and_another_function(runner, saved_tuple_programs, tmp_path, device):
     x = np.arange(5, dtype=np.float32)
-    got = run_and_compare(runner, saved_tuple_program, "sim", [x], tmp_path)
+    got, _ = run_and_compare(runner, saved_tuple_programs(device), device, [x], tmp_path)
     y, z, n = reference(x)
     np.testing.assert_array_equal(got[0], y)
     np.testing.assert_array_equal(got[1], z)
     assert got[2].shape == () and got[2].dtype == np.int64 and got[2] == n
     bias = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
-    (helper,) = run_and_compare(runner, saved_tuple_program, "host", [bias], tmp_path, function="helper")
+    (helper,), _ = run_and_compare(runner, saved_tuple_programs(device), "host" if device == "sim" else device,
+                                   [bias], tmp_path, function="helper")
     np.testing.assert_array_equal(helper, reference(x, bias)[1])
 
 
@@ -204,12 +254,16 @@ DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(), (0,), (3,), (2, 3, 4)])
-def test_npy_round_trips_every_vm_dtype(runner, tmp_path, dtype, shape):
+@pytest.mark.parametrize("shape, device", [
+    pytest.param((), "sim", id="sim-scalar"), pytest.param((0,), "sim", id="sim-empty"),
+    pytest.param((3,), "sim", id="sim-3"), pytest.param((2, 3, 4), "sim", id="sim-2x3x4"),
+    pytest.param((2, 3, 4), "opencl", marks=opencl, id="opencl-2x3x4")])
+def test_npy_round_trips_every_vm_dtype(runner, tmp_path, dtype, shape, device):
+    """(On opencl the input goes to the device and the output comes back.)"""
     rng = np.random.default_rng(len(shape))
     x = np.asarray(rng.standard_normal(shape) * 50).astype(dtype)
     identity_program(dtype, len(shape)).save(tmp_path / "identity.sfx")
-    (got,) = run_and_compare(runner, tmp_path / "identity.sfx", "sim", [x], tmp_path)
+    (got,), _ = run_and_compare(runner, tmp_path / "identity.sfx", device, [x], tmp_path)
     assert got.dtype == x.dtype and got.shape == x.shape
     np.testing.assert_array_equal(got, x)
 
@@ -227,7 +281,8 @@ def test_npy_format_version_2_is_read(runner, tmp_path):
 # No Python in the process
 
 
-def test_runner_loads_no_python(runner, saved_models, tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_runner_loads_no_python(runner, saved_for, tmp_path, device):
     ldd = subprocess.run(["ldd", str(runner)], capture_output=True, text=True, check=True).stdout
     assert "libtvm_runtime" in ldd and "libshapefn_core" in ldd
     assert "libpython" not in ldd
@@ -236,12 +291,14 @@ def test_runner_loads_no_python(runner, saved_models, tmp_path):
     x = np.ones((3, 1024), np.float32)
     np.save(tmp_path / "x.npy", x)
     env = dict(os.environ, LD_DEBUG="libs")
-    proc = run(runner, [saved_models["mlp"], "--device", "sim", "--input", "x.npy", "--output-dir", "out"],
+    proc = run(runner, [saved_for(device)["mlp"], "--device", device, "--input", "x.npy", "--output-dir", "out"],
                tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     loaded = re.findall(r"calling init: (\S+)", proc.stderr)
     assert any(path.endswith("mlp.sfx.kernels.so") for path in loaded), loaded
     assert not [path for path in loaded if "libpython" in path or "site-packages/numpy" in path]
+    if device == "opencl":  # the OpenCL driver, opened at run time
+        assert any("libOpenCL" in path for path in loaded), loaded
 
 
 # ---------------------------------------------------------------------------
