@@ -3,7 +3,10 @@
 Shape functions declare data dependence per input, so the VM copies to the
 host only the values a shape function reads, never whole data tensors.
 """
-import tvm_ffi as _tvm_ffi  # noqa: F401  (loads libtvm_ffi before the extensions)
+# The extensions link libtvm_ffi and TVM's libtvm_runtime; loading them
+# first lets the extensions find them wherever the packages are installed.
+import tvm_ffi as _tvm_ffi  # noqa: F401
+import tvm as _tvm  # noqa: F401
 
 from . import _core, ops
 from .builder import Label, Param, ProgramBuilder, Reg

@@ -50,7 +50,9 @@ def nvcc() -> str | None:
 @functools.lru_cache(maxsize=None)
 def virtual_architectures(compiler: str) -> tuple[int, ...]:
     """The compute capabilities ``compiler`` generates PTX for (75, 80, ...)."""
-    listed = subprocess.run([compiler, "--list-gpu-arch"], capture_output=True, text=True, check=True).stdout
+    environment = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    listed = subprocess.run([compiler, "--list-gpu-arch"], capture_output=True, text=True, check=True,
+                            env=environment).stdout
     return tuple(sorted({int(m) for m in re.findall(r"compute_(\d+)", listed)}))
 
 
@@ -73,8 +75,11 @@ def compile_ptx(source: str, architecture: int, compiler: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="shapefn-cuda-") as workspace:
         cu, ptx = os.path.join(workspace, "kernels.cu"), os.path.join(workspace, "kernels.ptx")
         Path(cu).write_text(source)
+        # Libraries preloaded into this process (a sanitizer's runtime, for
+        # one) are not for nvcc, which crashes under AddressSanitizer's.
+        environment = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
         done = subprocess.run([compiler, "--ptx", f"-arch=compute_{architecture}", *_FLAGS, "-o", ptx, cu],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, env=environment)
         if done.returncode != 0:
             raise CudaCompileError(f"nvcc could not compile the CUDA kernels:\n{done.stdout}{done.stderr}")
         return Path(ptx).read_bytes()

@@ -1,7 +1,9 @@
 """torchvision's SSD-lite and Faster R-CNN (weight-free graphs from
 tests/data, materialized with a fixed seed), each compiled once for a strict
 sim and once for OpenCL and run at 320x320 and 256x384, against onnxruntime.
-Detections are matched as sets (random weights can tie scores)."""
+Detections are matched as sets (random weights can tie scores). Each is
+also compiled for CUDA and checked as test_cuda_build.py checks its
+programs (no GPU here: built, not run)."""
 import pathlib
 
 import numpy as np
@@ -10,6 +12,7 @@ import pytest
 
 import shapefn
 from conftest import DEVICE_INDEPENDENT_COUNTERS, DEVICES, opencl
+from test_cuda_build import GPU_MISSING, assert_device_kernels_are_ptx, assert_runs_on_a_cuda_gpu_like_sim, assert_same_program
 from shapefn.bench.models import materialize
 from shapefn.frontend import from_onnx
 
@@ -102,3 +105,18 @@ def test_an_inference_moves_the_same_on_sim_and_opencl(compiled, name):
         vm(x)
         counters[device] = {k: vm.counters[k] for k in DEVICE_INDEPENDENT_COUNTERS}
     assert counters["opencl"] == counters["sim"]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_cuda_build_has_every_device_kernel_and_the_sim_program(compiled, name):
+    sim, cuda = compiled.executable(name, "sim"), compiled.executable(name, "cuda")
+    assert_same_program(sim, cuda)
+    assert_device_kernels_are_ptx(cuda)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_cuda_build_runs_on_a_gpu_like_sim(compiled, name):
+    if not shapefn.tvm_device_exists("cuda"):
+        pytest.skip(GPU_MISSING)
+    assert_runs_on_a_cuda_gpu_like_sim(compiled.executable(name, "sim"), compiled.executable(name, "cuda"),
+                                       [(image(SIZES[0]),)])
