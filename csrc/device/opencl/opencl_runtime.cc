@@ -12,6 +12,8 @@ namespace {
 // canonical x86-64 (and aarch64) user address space, so a host access faults.
 constexpr uintptr_t kFirstAddress = uintptr_t{1} << 62;
 constexpr uintptr_t kAddressGranule = 4096;
+// Host memory kept for staging writes between uses.
+constexpr size_t kSpareStagingBytes = size_t{512} << 20;
 
 uintptr_t RoundUp(uintptr_t value, uintptr_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
@@ -19,15 +21,24 @@ std::string DeviceName(int device) { return "opencl:" + std::to_string(device); 
 
 }  // namespace
 
+struct StagingBuffer {
+  std::unique_ptr<char[]> data;
+  size_t capacity = 0;
+};
+
 struct Runtime::Device {
   DeviceInfo info;
   cl_device_id id = nullptr;
   std::once_flag opened;
   cl_context context = nullptr;
   cl_command_queue queue = nullptr;
-  // Host copies of writes still in flight, freed once their event completes.
+  // Host copies of writes still in flight, kept until their event completes,
+  // then kept for later writes (up to kSpareStagingBytes): a fresh buffer
+  // costs a page fault per page, as much as the copy itself.
   std::mutex uploads_mutex;
-  std::vector<std::pair<cl_event, std::unique_ptr<char[]>>> uploads;
+  std::vector<std::pair<cl_event, StagingBuffer>> uploads;
+  std::multimap<size_t, std::unique_ptr<char[]>> spare_staging;  // by capacity
+  size_t spare_staging_bytes = 0;
   mutable std::mutex counts_mutex;
   DeviceCounts counts;
 };
@@ -268,7 +279,12 @@ void Runtime::ReapUploads(Device& d) {
     // Negative: the command failed; its memory is no longer read either.
     if (status <= CL_COMPLETE) {
       api_->clReleaseEvent(upload.first);
-      upload.second.reset();
+      StagingBuffer& done = upload.second;
+      if (d.spare_staging_bytes + done.capacity <= kSpareStagingBytes) {
+        d.spare_staging_bytes += done.capacity;
+        d.spare_staging.emplace(done.capacity, std::move(done.data));
+      }
+      done.data.reset();
     } else {
       uploads[kept++] = std::move(upload);
     }
@@ -286,20 +302,33 @@ void CheckRoom(const Region& r, size_t nbytes, const char* what) {
 }
 }  // namespace
 
+StagingBuffer Runtime::TakeStaging(Device& d, size_t nbytes) {
+  std::lock_guard<std::mutex> lock(d.uploads_mutex);
+  ReapUploads(d);
+  // The smallest spare that fits, if it is not more than twice too large.
+  auto it = d.spare_staging.lower_bound(nbytes);
+  if (it != d.spare_staging.end() && it->first / 2 <= nbytes) {
+    StagingBuffer b{std::move(it->second), it->first};
+    d.spare_staging_bytes -= it->first;
+    d.spare_staging.erase(it);
+    return b;
+  }
+  return StagingBuffer{std::unique_ptr<char[]>(new char[nbytes]), nbytes};
+}
+
 void Runtime::Write(void* device_dst, const void* host_src, size_t nbytes) {
   if (nbytes == 0) return;
   Region r = Resolve(device_dst);
   CheckRoom(r, nbytes, "a copy to the device");
   Device& d = state(r.device);
-  std::unique_ptr<char[]> staged(new char[nbytes]);
-  std::memcpy(staged.get(), host_src, nbytes);
+  StagingBuffer staged = TakeStaging(d, nbytes);
+  std::memcpy(staged.data.get(), host_src, nbytes);
   cl_event done = nullptr;
-  Check(api_->clEnqueueWriteBuffer(queue(r.device), r.mem, CL_FALSE, r.offset, nbytes, staged.get(), 0, nullptr,
-                                   &done),
+  Check(api_->clEnqueueWriteBuffer(queue(r.device), r.mem, CL_FALSE, r.offset, nbytes, staged.data.get(), 0,
+                                   nullptr, &done),
         DeviceName(r.device) + ": a copy of " + std::to_string(nbytes) + " bytes to the device");
   {
     std::lock_guard<std::mutex> lock(d.uploads_mutex);
-    ReapUploads(d);
     d.uploads.emplace_back(done, std::move(staged));
   }
   std::lock_guard<std::mutex> lock(d.counts_mutex);

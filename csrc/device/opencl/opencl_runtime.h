@@ -38,6 +38,8 @@ struct Region {
   int device = 0;
 };
 
+struct StagingBuffer;
+
 class Runtime {
  public:
   // The process's runtime; finds the platforms and devices on first use.
@@ -92,8 +94,11 @@ class Runtime {
   Device& state(int device) const;
   // The allocation holding `address` (mutex_ held) or nullptr.
   const Allocation* Find(uintptr_t address, uintptr_t* base) const;
-  // Frees the staging buffers of the writes that have completed.
+  // Releases the staging buffers of the writes that have completed (kept
+  // for reuse up to a limit). uploads_mutex held.
   void ReapUploads(Device& d);
+  // A host buffer of at least `nbytes` to stage a write from.
+  StagingBuffer TakeStaging(Device& d, size_t nbytes);
 
   const ClApi* api_ = nullptr;
   std::string unavailable_reason_;
