@@ -153,6 +153,8 @@ Value VirtualMachine::Invoke(int function_index, std::vector<Value> args, Profil
   for (size_t i = 0; i < args.size(); ++i) frame_[i] = std::move(args[i]);
   call_start_instructions_ = counters_.instructions;
   Value result = Run(function_index, frame_, 0);
+  // What the call queued runs while the caller goes on.
+  devices_[kExecutionSlot]->Flush();
   if (profiler_ != nullptr) profiler_->EndCall(counters_);
   return result;
 }

@@ -118,6 +118,7 @@ constexpr cl_int CL_COMPLETE = 0x0;
     (cl_command_queue, cl_kernel, cl_uint, const size_t*, const size_t*, const size_t*, cl_uint,            \
      const cl_event*, cl_event*))                                                                            \
   X(clGetEventInfo, cl_int, (cl_event, cl_event_info, size_t, void*, size_t*))                               \
+  X(clWaitForEvents, cl_int, (cl_uint, const cl_event*))                                                     \
   X(clReleaseEvent, cl_int, (cl_event))
 
 struct ClApi {

@@ -39,6 +39,7 @@ class OpenCLDevice final : public Device {
     opencl::Runtime::Global().Sync(index_);
     RecordSync();
   }
+  void Flush() override { opencl::Runtime::Global().Flush(index_); }
 
  private:
   int index_;

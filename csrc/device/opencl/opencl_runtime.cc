@@ -14,6 +14,10 @@ constexpr uintptr_t kFirstAddress = uintptr_t{1} << 62;
 constexpr uintptr_t kAddressGranule = 4096;
 // Host memory kept for staging writes between uses.
 constexpr size_t kSpareStagingBytes = size_t{512} << 20;
+// Host memory staged for writes the device has not done yet: past this, a
+// write waits for the oldest (the host outrunning the device cannot grow
+// memory without bound).
+constexpr size_t kPendingStagingBytes = size_t{1} << 30;
 
 uintptr_t RoundUp(uintptr_t value, uintptr_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
@@ -305,6 +309,13 @@ void CheckRoom(const Region& r, size_t nbytes, const char* what) {
 StagingBuffer Runtime::TakeStaging(Device& d, size_t nbytes) {
   std::lock_guard<std::mutex> lock(d.uploads_mutex);
   ReapUploads(d);
+  size_t pending = 0;
+  for (const auto& upload : d.uploads) pending += upload.second.capacity;
+  for (size_t i = 0; i < d.uploads.size() && pending + nbytes > kPendingStagingBytes; ++i) {
+    api_->clWaitForEvents(1, &d.uploads[i].first);
+    pending -= d.uploads[i].second.capacity;
+  }
+  ReapUploads(d);
   // The smallest spare that fits, if it is not more than twice too large.
   auto it = d.spare_staging.lower_bound(nbytes);
   if (it != d.spare_staging.end() && it->first / 2 <= nbytes) {
@@ -388,6 +399,10 @@ thread_local int current_device = 0;
 
 void SetCurrentDevice(int device) { current_device = device; }
 int CurrentDevice() { return current_device; }
+
+void Runtime::Flush(int device) {
+  Check(api_->clFlush(queue(device)), DeviceName(device) + ": submitting queued work (clFlush)");
+}
 
 void Runtime::CountLaunch(int device) {
   Device& d = state(device);

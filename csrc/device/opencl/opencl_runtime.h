@@ -74,6 +74,8 @@ class Runtime {
   void CopyWithin(void* device_dst, const void* device_src, size_t nbytes);
   // The host waits for everything queued on the device.
   void Sync(int device);
+  // Submits what is queued on the device (clFlush), without waiting.
+  void Flush(int device);
 
   void CountLaunch(int device);
   DeviceCounts counts(int device) const;

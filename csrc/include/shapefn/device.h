@@ -39,6 +39,9 @@ class Device {
   virtual void CopyWithin(void* dst, const void* src, size_t nbytes) = 0;
   // The host waits for all work queued on the device.
   virtual void Sync() = 0;
+  // Starts work queued on the device without waiting for it (OpenCL may
+  // hold enqueued commands until then). The VM calls it when a call ends.
+  virtual void Flush() {}
 
   // Brackets host shape-function work; the sim device in strict mode makes
   // its memory unreadable in between so accidental host reads fault.
