@@ -83,9 +83,9 @@ def instruction_profile(exe) -> collections.Counter:
 def assert_same_program(sim, cuda):
     # The same readbacks (and widths), copies, allocations per device and
     # kernel calls: the same transfers and syncs per call.
+    # (Not the kernels' names or how many there are: TVM numbers and merges
+    # identical kernels differently from one compile to the next.)
     assert instruction_profile(cuda) == instruction_profile(sim)
-    # (Kernel names are numbered in an order that also varies between compiles.)
-    assert len({n.removesuffix(HOST_SUFFIX) for n in cuda.kernel_names}) == len(sim.kernel_names)
 
 
 def assert_device_kernels_are_ptx(cuda):
