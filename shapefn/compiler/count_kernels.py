@@ -126,6 +126,111 @@ def unique(dtype: str = "float32", ndim: int = 1) -> tirx.PrimFunc:
     return ib.get()
 
 
+def _compare_rows(a, a_row, b, b_row, width):
+    """-1, 0 or 1 as row ``a_row`` of 2-d ``a`` comes before, equals or comes
+    after row ``b_row`` of ``b`` in lexicographic order; a local scalar."""
+    order = _local("int64", 0)
+    with T.serial(0, width) as j:
+        with T.If(order[0] == 0):
+            with T.Then():
+                x, y = a[a_row, j], b[b_row, j]
+                order[0] = tirx.Select(x < y, _i64(-1), tirx.Select(y < x, _i64(1), _i64(0)))
+    return order
+
+
+def unique_slices(dtype: str = "float32", is_sorted: bool = True) -> tirx.PrimFunc:
+    """ONNX Unique along an axis, on the input viewed as ``rows`` slices of
+    ``width`` elements (the axis moved first, the rest flattened):
+    ``(data[rows, width], values[rows, width], first_indices[rows],
+    inverse[rows], counts[rows], count[1])``; the unique slices are written
+    at the front of ``values``, ``count`` of them.
+
+    Slices are kept in lexicographic order (insertion by binary search, then
+    a shift); with ``is_sorted=False`` they are then put in the order of their
+    first occurrence, as ONNX's ``sorted=0`` asks. Serial. NaNs are not supported.
+    """
+    rows, width = tirx.Var("rows", "int64"), tirx.Var("width", "int64")
+    with IRBuilder() as ib, T.prim_func():
+        T.func_name("unique_slices")
+        data = _arg("data", [rows, width], dtype)
+        values = _arg("values", [rows, width], dtype)
+        first = _arg("first_indices", [rows], "int64")
+        inverse = _arg("inverse", [rows], "int64")
+        counts = _arg("counts", [rows], "int64")
+        count = _arg("count", [1], "int64")
+        total = _local("int64", 0)
+
+        def find(row):
+            """The first kept slice not before data row ``row`` (binary search)."""
+            lo, hi = _local("int64", 0), _local("int64", total[0])
+            with T.While(lo[0] < hi[0]):
+                mid = lo[0] + ((hi[0] - lo[0]) >> 1)
+                with T.If(_compare_rows(values, mid, data, row, width)[0] < 0):
+                    with T.Then():
+                        lo[0] = mid + 1
+                    with T.Else():
+                        hi[0] = mid
+            return lo
+
+        def move(src, dst):
+            with T.serial(0, width) as j:
+                values[dst, j] = values[src, j]
+            first[dst] = first[src]
+            counts[dst] = counts[src]
+
+        with T.serial(0, rows) as i:
+            p = find(i)[0]
+            seen = _local("bool", tirx.const(False))
+            with T.If(p < total[0]):
+                with T.Then():
+                    seen[0] = _compare_rows(values, p, data, i, width)[0] == 0
+            with T.If(seen[0]):
+                with T.Then():
+                    counts[p] = counts[p] + 1
+                with T.Else():
+                    with T.serial(0, total[0] - p) as t:
+                        move(total[0] - 1 - t, total[0] - t)
+                    with T.serial(0, width) as j:
+                        values[p, j] = data[i, j]
+                    first[p] = i
+                    counts[p] = _i64(1)
+                    total[0] = total[0] + 1
+        count[0] = total[0]
+        with T.serial(0, rows) as i:
+            inverse[i] = find(i)[0]
+        if not is_sorted:
+            # First occurrences in increasing order: an insertion sort on
+            # first_indices (u slices, u^2 / 2 moves at most), the inverse
+            # renumbered through where each slice went.
+            rank = T.buffer_proxy(T.alloc_buffer((tirx.max(rows, _i64(1)),), "int64", scope="global"))
+            with T.serial(0, total[0]) as u:
+                ahead = _local("int64", 0)
+                with T.serial(0, total[0]) as v:
+                    with T.If(first[v] < first[u]):
+                        with T.Then():
+                            ahead[0] = ahead[0] + 1
+                rank[u] = ahead[0]
+            with T.serial(0, rows) as i:
+                inverse[i] = rank[inverse[i]]
+            with T.serial(0, total[0]) as u:
+                # Cycle sort by rank: each slice moves straight to its place.
+                with T.While(rank[u] != u):
+                    target = T.bind(rank[u])
+                    with T.serial(0, width) as j:
+                        held = T.bind(values[target, j])
+                        values[target, j] = values[u, j]
+                        values[u, j] = held
+                    held_first, held_count = T.bind(first[target]), T.bind(counts[target])
+                    first[target] = first[u]
+                    counts[target] = counts[u]
+                    first[u] = held_first
+                    counts[u] = held_count
+                    displaced = T.bind(rank[target])
+                    rank[target] = target
+                    rank[u] = displaced
+    return ib.get()
+
+
 # --------------------------------------------------------------------------- NMS
 def _extents(box, center_point_box: int):
     """``(x0, x1, y0, y1, area)`` of a box (4 loads), with onnxruntime's

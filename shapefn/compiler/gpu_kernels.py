@@ -3,7 +3,8 @@
 Each function has the name, parameters and PrimFunc signature (argument
 order, shapes, dtypes, symbolic sizes) of its CPU form (``dyn_kernels.topk``,
 ``count_kernels.nonzero`` / ``unique`` / ``non_max_suppression``,
-``legalize.sequential_concat`` / ``scatter_elements``) and the same results,
+``legalize.sequential_concat`` / ``scatter_elements``,
+``scan_kernels.cumulative``) and the same results,
 bit for bit where the CPU form is deterministic; it returns a PrimFunc with
 explicit thread bindings that TVM's GPU code generators take as it is (no
 dlight schedule). The count-sized kernels live in ``gpu_count_kernels``;
@@ -19,10 +20,11 @@ from tvm.script.ir_builder import tirx as T
 
 from shapefn.compiler.gpu_builder import (ceil_log2, compare_exchange, group_barrier, group_sort,
                                           launch, launch_per_element, strided, unravel)
+from shapefn.compiler import scan_kernels
 from shapefn.compiler.gpu_count_kernels import non_max_suppression, nonzero, unique
 from shapefn.compiler.tir_builder import _arg, _flat_view, _i64, _local, _sizes
 
-__all__ = ["non_max_suppression", "nonzero", "scatter_elements", "sequential_concat", "topk",
+__all__ = ["cumulative", "non_max_suppression", "nonzero", "scatter_elements", "sequential_concat", "topk",
            "unique"]
 
 
@@ -203,3 +205,32 @@ def scatter_elements(ndim: int, axis: int, reduction: str, dtype: str, index_dty
                 out[target] = combine(out[target], updates[p])
     return ib.get()
 
+
+
+# --------------------------------------------------------------------------- cumulative
+def cumulative(ndim: int, axis: int, dtype: str, out_dtype: str, op: str = "sum",
+               exclusive: bool = False) -> tirx.PrimFunc:
+    """``scan_kernels.cumulative``: one work item per line along ``axis``,
+    scanning it in order (the CPU form's sums, bit for bit)."""
+    axis = scan_kernels.check(ndim, axis, op)
+    shape = _sizes("n", ndim)
+    line_dims = [d for a, d in enumerate(shape) if a != axis]
+    lines = math.prod(line_dims) if line_dims else _i64(1)
+    with IRBuilder() as ib, T.prim_func():
+        T.func_name("cumulative")
+        T.func_attr({"tirx.noalias": True})
+        data = _arg("data", shape, dtype)
+        out = _arg("out", shape, out_dtype)
+        with launch_per_element(tirx.Select(shape[axis] > 0, lines, _i64(0))) as line:
+            coords = unravel(line, line_dims)
+            acc = _local(out_dtype, scan_kernels.identity(op, out_dtype))
+            with T.serial(0, shape[axis]) as i:
+                at = tuple(coords[:axis]) + (i,) + tuple(coords[axis:])
+                value = tirx.Cast(out_dtype, data[at])
+                if exclusive:
+                    out[at] = acc[0]
+                    acc[0] = scan_kernels.combine(op, acc[0], value)
+                else:
+                    acc[0] = scan_kernels.combine(op, acc[0], value)
+                    out[at] = acc[0]
+    return ib.get()

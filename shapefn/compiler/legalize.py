@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import functools
 
-from tvm import ir, relax, tirx
+from tvm import ir, relax, tirx, topi
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
+from . import dyn_kernels, scan_kernels
 from .dyn_kernels import legalize_broadcast_to, legalize_resize2d
 from .target_schedule import kernel_form
 
@@ -38,7 +39,44 @@ def legalize_map(gpu: bool = False) -> dict:
     (``target_schedule.kernel_form``)."""
     return {"relax.broadcast_to": legalize_broadcast_to, "relax.image.resize2d": legalize_resize2d,
             "relax.concat": functools.partial(legalize_concat, gpu=gpu),
-            "relax.scatter_elements": functools.partial(legalize_scatter_elements, gpu=gpu)}
+            "relax.scatter_elements": functools.partial(legalize_scatter_elements, gpu=gpu),
+            "relax.topk": functools.partial(legalize_topk, gpu=gpu),
+            "relax.cumsum": functools.partial(legalize_cumulative, op="sum", gpu=gpu),
+            "relax.cumprod": functools.partial(legalize_cumulative, op="prod", gpu=gpu)}
+
+
+def legalize_topk(bb: relax.BlockBuilder, call: relax.Call, gpu: bool = False) -> relax.Expr:
+    """``relax.topk`` with a constant k (TVM 0.27 has no legalization for it)
+    through shapefn's top-k kernel, the one a runtime k uses."""
+    (data,) = call.args
+    attrs = call.attrs
+    ndim, dtype = data.ty.ndim, str(data.ty.dtype)
+    values_type, indices_type = call.ty.fields if isinstance(call.ty, relax.TupleType) else (call.ty, call.ty)
+    out_shape = (values_type if str(attrs.ret_type) != "indices" else indices_type).shape
+    kernel = kernel_form(dyn_kernels.topk, gpu)(ndim, int(attrs.axis) % ndim, dtype, bool(attrs.largest), True)
+    result = bb.emit(relax.call_tir(bb.add_func(kernel, "topk"), [data],
+                                    [relax.TensorType(out_shape, dtype), relax.TensorType(out_shape, "int64")]))
+    values, indices = bb.emit(relax.TupleGetItem(result, 0)), bb.emit(relax.TupleGetItem(result, 1))
+    if str(attrs.dtype) != "int64":
+        indices = bb.emit_te(topi.cast, indices, str(attrs.dtype))
+    return {"both": relax.Tuple([values, indices]), "values": values, "indices": indices}[str(attrs.ret_type)]
+
+
+def legalize_cumulative(bb: relax.BlockBuilder, call: relax.Call, op: str, gpu: bool = False) -> relax.Expr:
+    """``relax.cumsum`` / ``relax.cumprod`` (no legalization in TVM 0.27)
+    through ``scan_kernels.cumulative``; without an axis, over the flattened
+    input, as Relax defines it."""
+    (data,) = call.args
+    out_dtype = str(call.ty.dtype)
+    if call.attrs.axis is None:
+        data = bb.emit_te(topi.reshape, data, [-1])
+        axis = 0
+    else:
+        axis = int(call.attrs.axis)
+    ndim = data.ty.ndim
+    kernel = kernel_form(scan_kernels.cumulative, gpu)(ndim, axis % ndim, str(data.ty.dtype), out_dtype, op,
+                                                       bool(call.attrs.exclusive))
+    return relax.call_tir(bb.add_func(kernel, f"cum{op}"), [data], relax.TensorType(data.ty.shape, out_dtype))
 
 
 def sequential_concat(num_inputs: int, ndim: int, axis: int, dtype: str) -> tirx.PrimFunc:

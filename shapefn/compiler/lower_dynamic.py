@@ -13,11 +13,12 @@ before the target was known included.
 """
 from __future__ import annotations
 
+import math
 import re
 
 import tvm
 import tvm_ffi
-from tvm import relax
+from tvm import relax, tirx
 
 from .. import kernels
 from . import count_kernels, dyn_kernels
@@ -236,9 +237,15 @@ class _Lowering(relax.PyExprMutator):
 
     def _unique(self, call: relax.Call) -> relax.Expr:
         data, is_sorted, return_index, return_inverse, return_counts, *axis = call.args
+        flags = [bool(f.value if hasattr(f, "value") else f) for f in (return_index, return_inverse, return_counts)]
         if axis:
-            raise NotImplementedError("shapefn lowers relax.unique over the flattened input only (axis=None)")
+            return self._unique_slices(call, data, _constant_bool(is_sorted), flags, _axis_value(axis[0]))
         bb = self.builder_
+        if not _constant_bool(is_sorted):
+            # In order of first occurrence: the slices kernel over elements.
+            numel = math.prod(data.ty.shape.values) if _ndim(data) else tirx.IntImm("int64", 1)
+            flat = bb.emit(relax.op.reshape(data, relax.ShapeExpr([numel])))
+            return self._unique_slices(call, flat, False, flags, 0)
         dtype = _dtype(data)
         shapes = emit_shape(bb, "relax.unique", [data], [1, 1, 1, 1], prefix="unique")
         (upper,), (numel,) = shapes[0], shapes[2]
@@ -252,8 +259,35 @@ class _Lowering(relax.PyExprMutator):
         count = emit_count(bb, bb.emit(relax.TupleGetItem(result, 4)), "unique")
         values = emit_view(bb, bb.emit(relax.TupleGetItem(result, 0)), [count], dtype)
         outputs = [values]
-        for flag, k, exact in ((return_index, 1, True), (return_inverse, 2, False), (return_counts, 3, True)):
-            if bool(flag.value if hasattr(flag, "value") else flag):
+        for flag, k, exact in zip(flags, (1, 2, 3), (True, False, True)):
+            if flag:
+                item = bb.emit(relax.TupleGetItem(result, k))
+                outputs.append(emit_view(bb, item, [count], "int64") if exact else item)
+        return outputs[0] if len(outputs) == 1 else relax.Tuple(outputs)
+
+    def _unique_slices(self, call, data, is_sorted: bool, flags, axis: int) -> relax.Expr:
+        """Unique along ``axis``: the axis moved first and the rest flattened
+        into rows of one kernel (``count_kernels.unique_slices``); only the
+        count is read back. Sizes come from the input's shape: no shape function."""
+        bb = self.builder_
+        ndim, dtype = _ndim(data), _dtype(data)
+        axis %= ndim
+        dims = list(data.ty.shape.values)
+        rest = [d for a, d in enumerate(dims) if a != axis]
+        perm = [axis] + [a for a in range(ndim) if a != axis]
+        rows, width = dims[axis], math.prod(rest) if rest else tirx.IntImm("int64", 1)
+        moved = bb.emit(relax.op.reshape(relax.op.permute_dims(data, perm), relax.ShapeExpr([rows, width])))
+        kernel = self._kernel(f"shapefn_unique_slices_{dtype}_{'sorted' if is_sorted else 'first'}",
+                              kernel_form(count_kernels.unique_slices, self._gpu)(dtype, is_sorted))
+        result = bb.emit(relax.call_tir(kernel, [moved], [
+            relax.TensorType([rows, width], dtype), relax.TensorType([rows], "int64"),
+            relax.TensorType([rows], "int64"), relax.TensorType([rows], "int64"), relax.TensorType([1], "int64")]))
+        count = emit_count(bb, bb.emit(relax.TupleGetItem(result, 4)), "unique")
+        slices = emit_view(bb, bb.emit(relax.TupleGetItem(result, 0)), [count, width], dtype)
+        slices = bb.emit(relax.op.reshape(slices, relax.ShapeExpr([count, *rest])))
+        outputs = [bb.emit(relax.op.permute_dims(slices, [perm.index(a) for a in range(ndim)]))]
+        for flag, k, exact in zip(flags, (1, 2, 3), (True, False, True)):
+            if flag:
                 item = bb.emit(relax.TupleGetItem(result, k))
                 outputs.append(emit_view(bb, item, [count], "int64") if exact else item)
         return outputs[0] if len(outputs) == 1 else relax.Tuple(outputs)
@@ -277,6 +311,14 @@ class _Lowering(relax.PyExprMutator):
         # Relax's op returns (selected rows, upper bound; number valid): keep that
         # contract with the exact rows, so downstream trimming is a no-op.
         return relax.Tuple([selected, count_tensor])
+
+
+def _constant_bool(value) -> bool:
+    return bool(value.value if hasattr(value, "value") else value)
+
+
+def _axis_value(value) -> int:
+    return int(value.value if hasattr(value, "value") else value)
 
 
 def _as_vector(bb: relax.BlockBuilder, value: relax.Expr, dtype: str) -> relax.Expr:
