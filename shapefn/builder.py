@@ -98,6 +98,13 @@ class FunctionBuilder:
         self.emit("invoke_shape_func", op_name, list(inputs), outs, list(attrs))
         return outs
 
+    def readback(self, dsts: Sequence[Reg], srcs: Sequence[Reg], tensors: Sequence[bool] = ()) -> None:
+        """Reads tensors ``srcs`` on the host, waiting on the device once:
+        into each of ``dsts`` its values (an int for a 0-d tensor, else a
+        shape), or, where ``tensors`` is true, the tensor itself on the host."""
+        forms = [int(bool(t)) for t in tensors] if tensors else [0] * len(srcs)
+        self.emit("readback", list(dsts), list(srcs), forms)
+
     def shape(self, dims: Sequence[int | Reg]) -> Reg:
         regs = [d if isinstance(d, Reg) else self.emit("load_int", int(d)) for d in dims]
         return self.emit("shape_make", regs)

@@ -535,8 +535,10 @@ REJECTIONS = {
                                       "constant 0 has an invalid device"),
     **{f"dtype code with {name}": (code(*ALLOC, 1, 1, word, *RET), f"invalid dtype code {word}")
        for name, word in BAD_DTYPES.items()},
-    "readback with unequal lists": (code(OP["readback"], 1, 1, 0, *RET),
-                                    "readback needs as many destinations as sources"),
+    "readback with unequal lists": (code(OP["readback"], 1, 1, 0, 0, *RET),
+                                    "readback needs as many destinations and forms as sources"),
+    "readback with an unknown form": (code(OP["readback"], 1, 1, 1, 0, 1, 2, *RET),
+                                      "readback form 2 is neither 0 (values) nor 1 (tensor)"),
     "negative tuple index": (code(OP["make_tuple"], 1, 1, 0, OP["get_item"], 2, 1, -1, *RET),
                              "negative tuple index"),
     "fewer registers than parameters": (code(*RET, num_registers=0),
@@ -580,7 +582,7 @@ def test_invalid_dtype_in_the_file_is_rejected(field, message):
 # ---------------------------------------------------------------------------
 # 5. Format version.
 
-@pytest.mark.parametrize("version", [0, 2, 0xFFFFFFFF])
+@pytest.mark.parametrize("version", [1, 3, 0xFFFFFFFF])
 def test_other_format_version_is_rejected(blob, version):
     patched = with_header(blob, version=version)
     assert stored_checksum(patched) == stored_checksum(blob)

@@ -426,9 +426,11 @@ void VirtualMachine::ExecReadback(const Instruction& ins, std::vector<Value>& re
   int64_t bytes = 0;
   std::vector<TensorRef> host(static_cast<size_t>(n));
   Device* wait_on = nullptr;
+  const int64_t* forms = ins.list(2);
   for (int64_t i = 0; i < n; ++i) {
     const TensorRef& src = TensorOf(ins, regs[ins.list(1)[i]]);
-    if (src->dtype.code != kDLInt && src->dtype.code != kDLUInt && src->dtype.code != kDLBool) {
+    if (forms[i] == kReadValues && src->dtype.code != kDLInt && src->dtype.code != kDLUInt &&
+        src->dtype.code != kDLBool) {
       Fail(ErrorKind::kType, "readback reads integer or bool tensors, got " + DTypeToString(src->dtype));
     }
     if (src->device()->is_host()) {
@@ -442,6 +444,10 @@ void VirtualMachine::ExecReadback(const Instruction& ins, std::vector<Value>& re
   // All readbacks of one instruction wait on the device once.
   if (wait_on != nullptr) SyncWith(*wait_on);
   for (int64_t i = 0; i < n; ++i) {
+    if (forms[i] == kReadTensor) {
+      regs[ins.list(0)[i]] = Value::Tensor(std::move(host[static_cast<size_t>(i)]));
+      continue;
+    }
     const TensorObj& t = *host[static_cast<size_t>(i)];
     DLTensor view = t.AsHostDLTensor();
     if (t.shape.empty()) {

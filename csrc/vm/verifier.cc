@@ -159,8 +159,15 @@ void Executable::Verify() {
           if (ins.list(0)[i] < -ins.list_size(1)) Reject(f, pc, "shape_build template refers past its ints");
         }
       }
-      if (ins.op == Opcode::kReadback && ins.list_size(0) != ins.list_size(1)) {
-        Reject(f, pc, "readback needs as many destinations as sources");
+      if (ins.op == Opcode::kReadback) {
+        if (ins.list_size(0) != ins.list_size(1) || ins.list_size(2) != ins.list_size(1)) {
+          Reject(f, pc, "readback needs as many destinations and forms as sources");
+        }
+        for (int64_t i = 0; i < ins.list_size(2); ++i) {
+          if (ins.list(2)[i] != kReadValues && ins.list(2)[i] != kReadTensor) {
+            Reject(f, pc, "readback form " + std::to_string(ins.list(2)[i]) + " is neither 0 (values) nor 1 (tensor)");
+          }
+        }
       }
     }
   }

@@ -19,7 +19,7 @@ from tvm import relax, tirx
 from ..builder import Label, Param, ProgramBuilder, Reg
 from .schedule import schedule
 from .placement import ALLOC_TENSOR, DEVICE, HOST, Placement, is_prim, is_tensor_const, key, place
-from .shape_calls import SHAPE_FUNC, VIEW
+from .shape_calls import SHAPE_FUNC, TO_HOST, VIEW
 
 _ARITH = {tirx.Add: "add", tirx.Sub: "sub", tirx.Mul: "mul", tirx.FloorDiv: "floordiv",
           tirx.FloorMod: "floormod", tirx.Min: "min", tirx.Max: "max", tirx.LT: "lt", tirx.EQ: "eq",
@@ -64,9 +64,11 @@ class ModuleCodegen:
     builds differ), a PrimFunc invoked on the host is named apart from its
     device build (``<name>_host``), so one library can hold both."""
 
-    def __init__(self, mod: tvm.IRModule, all_host: bool, separate_host_kernels: bool = False):
+    def __init__(self, mod: tvm.IRModule, all_host: bool, separate_host_kernels: bool = False,
+                 host_params: dict[str, frozenset[int]] | None = None):
         self.mod = mod
         self.all_host = all_host
+        self.host_params = host_params or {}
         self.separate_host_kernels = separate_host_kernels
         self.program = ProgramBuilder()
         self.kernels: dict[str, str] = {}
@@ -97,6 +99,12 @@ class ModuleCodegen:
             self.host_kernels.add(name)
         return name
 
+    def param_slot(self, func_name: str, index: int) -> str:
+        """Where function ``func_name`` takes its tensor parameter ``index``."""
+        if self.all_host or index in self.host_params.get(func_name, ()):
+            return HOST
+        return DEVICE
+
     def constant(self, const: tvm.ir.GenericConst, slot: str) -> int:
         k = (key(const), slot)
         if k not in self._constants:
@@ -110,7 +118,8 @@ class _FunctionCodegen:
         self.module = module
         self.gv = gv
         self.func = func
-        self.placement: Placement = place(func, module.mod, module.all_host)
+        self.placement: Placement = place(func, module.mod, module.all_host,
+                                          module.host_params.get(name, frozenset()))
         self.regs: dict[int, Reg] = {}
         self.holders: dict[int, set[int]] = {}  # register -> vars bound to it
         self.consts: dict[int, tvm.ir.GenericConst] = {}
@@ -136,8 +145,7 @@ class _FunctionCodegen:
                         self.var_sources.setdefault(key(d), (Reg(i), axis, True))
                     else:
                         raise CodegenError(f"parameter '{p.name}' has a computed dimension {d}")
-                params.append(Param(p.name, str(ty.dtype), dims,
-                                    HOST if self.module.all_host else DEVICE))
+                params.append(Param(p.name, str(ty.dtype), dims, self.module.param_slot(self.gv.name_hint, i)))
             else:
                 if isinstance(ty, relax.ShapeType) and ty.values is not None:
                     for axis, d in enumerate(ty.values):
@@ -320,7 +328,7 @@ class _FunctionCodegen:
         parameter registers are staged first, so no move reads a parameter
         another move already overwrote."""
         fb = self.fb
-        sources = self.call_args(self.func, args)
+        sources = self.call_args(self.gv.name_hint, self.func, args)
         n_params = len(self.func.params)
         staged = []
         for k, src in enumerate(sources):
@@ -343,15 +351,17 @@ class _FunctionCodegen:
         return reg is not None and reg.index < len(self.func.params)
 
     def readbacks(self, group) -> None:
-        """Several tensor_to_shape bindings read back in one instruction: one sync."""
-        dsts, srcs = [], []
+        """Readbacks (``tensor_to_shape``: values; ``TO_HOST``: a tensor) in
+        one instruction: one sync."""
+        dsts, srcs, tensors = [], [], []
         for binding in group:
             source = binding.value.args[0]
             is_const = is_tensor_const(source) or key(source) in self.consts
             dsts.append(self.fb.reg())
             srcs.append(self.tensor(source, HOST) if is_const else self.value(source))
+            tensors.append(isinstance(binding.value.op, relax.ExternFunc))
             self.bind(binding.var, dsts[-1])
-        self.fb.readback(dsts, srcs)
+        self.fb.readback(dsts, srcs, tensors)
 
     def binding(self, binding) -> None:
         var, value = binding.var, binding.value
@@ -426,7 +436,7 @@ class _FunctionCodegen:
                 self.kernel(binding, op.name_hint, call.args, prim_func=True)
                 return None
             dst = fb.reg()
-            fb.emit("call", dst, op.name_hint, self.call_args(callee, call.args))
+            fb.emit("call", dst, op.name_hint, self.call_args(op.name_hint, callee, call.args))
             return dst
         if isinstance(op, relax.ExternFunc):
             name = op.global_symbol
@@ -434,6 +444,9 @@ class _FunctionCodegen:
                 return self.shape_func(call)
             if name == VIEW:
                 return fb.view(self.value(call.args[0]), self.value(call.args[1]))
+            if name == TO_HOST:
+                self.readbacks([binding])
+                return None
             if name == "vm.builtin.shape_of":
                 return self._shape_of(self.value(call.args[0]))
             self.kernel(binding, name, call.args)
@@ -458,14 +471,14 @@ class _FunctionCodegen:
             return fb.reg()
         raise CodegenError(f"op '{name}' was not lowered to kernels (is it supported by TVM's LegalizeOps?)")
 
-    def call_args(self, callee: relax.Function, args) -> list[Reg]:
+    def call_args(self, name: str, callee: relax.Function, args) -> list[Reg]:
         """Registers of a call's arguments; tensors go where the callee
-        expects its tensor parameters (on the execution device)."""
-        slot = HOST if self.module.all_host else DEVICE
+        expects its tensor parameters (the execution device, or the host
+        for host parameters, which ``host_params`` reads back before the call)."""
         regs = []
-        for param, arg in zip(callee.params, args):
+        for i, (param, arg) in enumerate(zip(callee.params, args)):
             if isinstance(param.ty, relax.TensorType) and (isinstance(arg, relax.Var) or is_tensor_const(arg)):
-                regs.append(self.tensor(arg, slot))
+                regs.append(self.tensor(arg, self.module.param_slot(name, i)))
             else:
                 regs.append(self.value(arg))
         return regs

@@ -6,7 +6,8 @@ shape-function registry before legalization, placement of each tensor on
 host or device, and bytecode in place of TVM's VM code generation.
 
 The steps: lower data-dependent ops (``lower_dynamic.py``) -> TVM's Relax
-passes (``lower``) -> codegen, which places every tensor and kernel on host
+passes (``lower``) -> host parameters of loops (``host_params.py``) ->
+codegen, which places every tensor and kernel on host
 or device (``codegen.py``, ``placement.py``) -> scheduling each kernel for
 the processor it runs on (``target_schedule.py``) -> the kernel cache, which
 compiles and links them (``kernel_cache.py``).
@@ -21,7 +22,7 @@ from tvm import relax
 
 from .. import kernel_cache
 from ..executable import Executable
-from . import target_schedule
+from . import host_params, target_schedule
 from .codegen import ModuleCodegen
 from .fold_constants import fold_constant_kernels
 from .lower_dynamic import lower_dynamic_ops
@@ -102,7 +103,10 @@ def compile(mod: tvm.IRModule, device: str = "sim", *, target=None,
     gpu = target_schedule.is_gpu(tvm_target)
     with gc_paused():
         lowered = lower(lower_dynamic_ops(mod, gpu), tvm_target)
-        codegen = ModuleCodegen(lowered, all_host=(device == "host"), separate_host_kernels=gpu)
+        all_host = device == "host"
+        host = host_params.plan(lowered, all_host)
+        lowered = host_params.read_back_host_params(lowered, host)
+        codegen = ModuleCodegen(lowered, all_host=all_host, separate_host_kernels=gpu, host_params=host)
         program = codegen.run()
         library, library_path = build_kernels(lowered, codegen, tvm_target)
         exe = program.build(library=library)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import relax
 
+from .shape_calls import TO_HOST, VIEW
 from .target_schedule import host_form
 
 HOST, DEVICE = "host", "device"
@@ -86,11 +87,14 @@ def _bindings(expr: relax.Expr):
                     yield from _bindings(value.false_branch)
 
 
-def place(func: relax.Function, mod: tvm.IRModule, all_host: bool) -> Placement:
+def place(func: relax.Function, mod: tvm.IRModule, all_host: bool,
+          host_params: frozenset[int] = frozenset()) -> Placement:
+    """Places ``func``'s tensors; the parameters at ``host_params`` are on
+    the host (``host_params.py``), the others on the device."""
     p = Placement()
-    for param in func.params:
+    for i, param in enumerate(func.params):
         if isinstance(param.ty, relax.TensorType):
-            p.slot[key(param)] = HOST if all_host else DEVICE
+            p.slot[key(param)] = HOST if all_host or i in host_params else DEVICE
     allocated: set[int] = set()
     written: set[int] = set()
     constants: set[int] = set()
@@ -120,7 +124,10 @@ def place(func: relax.Function, mod: tvm.IRModule, all_host: bool) -> Placement:
         if isinstance(op, tvm.ir.Op) and op.name == ALLOC_TENSOR:
             allocated.add(key(var))
             continue
-        if isinstance(op, relax.ExternFunc) and op.global_symbol == "shapefn.view":
+        if isinstance(op, relax.ExternFunc) and op.global_symbol == TO_HOST:
+            p.slot[key(var)] = HOST
+            continue
+        if isinstance(op, relax.ExternFunc) and op.global_symbol == VIEW:
             source = value.args[0]
             if key(source) in p.slot:
                 p.slot[key(var)] = p.slot[key(source)]

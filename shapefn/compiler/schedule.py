@@ -18,12 +18,18 @@ import heapq
 from tvm import relax
 
 from .placement import key
+from .shape_calls import TO_HOST
 
 
 def is_readback(binding) -> bool:
+    """A read of a tensor by the host: its values (``tensor_to_shape``) or
+    the whole tensor (``shapefn.to_host``)."""
     value = binding.value
-    return (isinstance(binding, relax.VarBinding) and isinstance(value, relax.Call)
-            and getattr(value.op, "name", None) == "relax.tensor_to_shape")
+    if not (isinstance(binding, relax.VarBinding) and isinstance(value, relax.Call)):
+        return False
+    op = value.op
+    return (getattr(op, "name", None) == "relax.tensor_to_shape"
+            or isinstance(op, relax.ExternFunc) and op.global_symbol == TO_HOST)
 
 
 _KILLS = {"relax.memory.kill_tensor", "relax.memory.kill_storage", "relax.vm.kill_object"}

@@ -6,7 +6,9 @@ shapes. Each is a packed call the code generator maps onto VM instructions:
   handed by the VM only what its mask says;
 * ``shapefn.view``: ``(tensor, shape) -> Tensor``: the leading bytes of
   ``tensor`` viewed with an exact shape (count-sized ops trim their
-  upper-bound outputs this way).
+  upper-bound outputs this way);
+* ``shapefn.to_host``: ``(tensor) -> Tensor``: the tensor read back whole
+  to the host, in the readback group of its phase (``host_params.py``).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from tvm import relax, tirx
 
 SHAPE_FUNC = "shapefn.shape_func"
 VIEW = "shapefn.view"
+TO_HOST = "shapefn.to_host"
 
 
 def fresh_dims(prefix: str, ndim: int) -> list[tirx.Var]:

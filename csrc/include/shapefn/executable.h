@@ -48,7 +48,7 @@ struct ConstantDef {
 
 class Executable {
  public:
-  static constexpr uint32_t kFormatVersion = 1;
+  static constexpr uint32_t kFormatVersion = 2;
 
   std::vector<FunctionDef> functions;
   std::vector<ConstantDef> constants;

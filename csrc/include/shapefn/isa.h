@@ -24,6 +24,11 @@ struct OpInfo {
 const OpInfo& GetOpInfo(Opcode op);
 constexpr int kNumOpcodes = static_cast<int>(Opcode::kCount);
 
+// What a readback makes of each source: its values (an int for a 0-d
+// tensor, else a shape), or the tensor itself on the host.
+constexpr int64_t kReadValues = 0;
+constexpr int64_t kReadTensor = 1;
+
 // One decoded instruction: operand words point into the function's code.
 // Fixed operands are op(0..); list k is list(k) with list_size(k) entries.
 struct Instruction {
