@@ -5,12 +5,14 @@ A loop (ONNX ``Loop``, a recursive Relax function) often captures small
 tensors computed before it and reads one element per iteration to size its
 work: Mask R-CNN's paste-masks loop takes each detection's box from the
 detections' [N, 4] boxes. With the boxes on the device, every iteration
-reads its box back and waits on the device. A tensor parameter whose every
-use in its function can run on the host (kernels placement puts on the
-host when the parameter is there, readbacks, shape functions, and passing
-it on unchanged to the next iteration) becomes a *host parameter*: the
-caller reads the tensor back whole, once, in the readback group of its
-phase (``TO_HOST``), and every iteration takes its values from that copy.
+reads its box back and waits on the device. A tensor parameter that
+shapes depend on and whose every use in its function can run on the host
+(kernels placement puts on the host when the parameter is there,
+readbacks, shape functions, device kernels taking small tensors computed
+from it, and passing it on unchanged to the next iteration) becomes a
+*host parameter*: the caller reads the tensor back whole, once, in the
+readback group of its phase (``TO_HOST``), and every iteration takes its
+values from that copy. The design: docs/readbacks.md.
 
 Only small tensors qualify: every dimension but one a literal, the literal
 ones holding at most ``placement.SMALL_ELEMENTS`` elements (a list of
@@ -24,13 +26,16 @@ from __future__ import annotations
 import tvm
 from tvm import relax, tirx
 
-from .placement import (ALLOC_TENSOR, HOST, SMALL_ELEMENTS, _bindings, is_integer_tensor, is_tensor_const, key,
+from ..registry import data_dependence
+from .placement import (ALLOC_TENSOR, HOST, SMALL_ELEMENTS, _bindings, is_small_tensor, is_tensor_const, key,
                         place)
 from .shape_calls import SHAPE_FUNC, TO_HOST, VIEW
 
 # Uses of a tensor that read it where it is (the host, for a host parameter).
-_READS = {"relax.tensor_to_shape", "relax.shape_of", "relax.memory.kill_tensor", "relax.vm.kill_object"}
-_EXTERN_READS = {SHAPE_FUNC, "vm.builtin.shape_of"}
+_READS = {"relax.shape_of", "relax.memory.kill_tensor", "relax.vm.kill_object", "vm.builtin.shape_of"}
+# Uses that compute shapes from its values (a shape function only where
+# its mask says the input's values matter).
+_SHAPE_READS = {"relax.tensor_to_shape"}
 
 
 def plan(mod: tvm.IRModule, all_host: bool) -> dict[str, frozenset[int]]:
@@ -77,12 +82,15 @@ def _is_small_list(ty) -> bool:
 
 
 def _all_uses_on_host(func: relax.Function, index: int, gv: relax.GlobalVar, placement, mod) -> bool:
-    """Whether parameter ``index`` only computes shapes under ``placement``:
-    it and every tensor computed from it (``names``) are read by host
-    kernels, readbacks and shape functions, by device kernels only as
-    integers (sizes, bounds, indices), and passed on unchanged to the next
-    iteration; none reaches the result."""
+    """Whether parameter ``index`` computes shapes, and only needs the host,
+    under ``placement``: it and every tensor computed from it (``names``)
+    are read by host kernels, by readbacks and shape functions (at least
+    one: it computes shapes), by device kernels only as small tensors
+    (sizes, bounds, scale factors: a copy to the device, which does not
+    wait), and passed on unchanged to the next iteration; none reaches the
+    result."""
     names = {key(func.params[index])}
+    computes_shapes = False
     allocated: set[int] = set()
     results = []
 
@@ -112,18 +120,24 @@ def _all_uses_on_host(func: relax.Function, index: int, gv: relax.GlobalVar, pla
         if not isinstance(value, relax.Call):
             return False
         op = value.op
-        if isinstance(op, tvm.ir.Op) and op.name in _READS:
+        name = op.name if isinstance(op, tvm.ir.Op) else op.global_symbol if isinstance(op, relax.ExternFunc) else None
+        if name in _SHAPE_READS:
+            computes_shapes = True
             continue
-        if isinstance(op, relax.ExternFunc) and op.global_symbol in _EXTERN_READS:
+        if name == SHAPE_FUNC:
+            mask = data_dependence(value.args[0].value)
+            inputs = value.args[2:]
+            computes_shapes |= any(mask[k] for k, a in enumerate(inputs)
+                                   if k < len(mask) and isinstance(a, relax.Var) and key(a) in names)
             continue
-        if isinstance(op, relax.ExternFunc) and op.global_symbol == VIEW:
+        if name in _READS:
+            continue
+        if name == VIEW:
             names.add(key(binding.var))
             continue
         if isinstance(op, relax.GlobalVar) and isinstance(mod[op], tirx.PrimFunc):
             if placement.kernel_slot.get(key(binding)) != HOST:
-                # A device kernel may take sizes, indices or bounds computed
-                # from it (a small copy to the device, no wait), not data.
-                if all(is_integer_tensor(v.ty) for v in used):
+                if all(is_small_tensor(v.ty) for v in used):
                     continue
                 return False
             # Its outputs (the freshly allocated arguments it writes) are computed from the parameter.
@@ -141,7 +155,7 @@ def _all_uses_on_host(func: relax.Function, index: int, gv: relax.GlobalVar, pla
                 return False
             continue
         return False
-    return not any(key(v) in names for r in results for v in relax.analysis.free_vars(r))
+    return computes_shapes and not any(key(v) in names for r in results for v in relax.analysis.free_vars(r))
 
 
 def read_back_host_params(mod: tvm.IRModule, host_params: dict[str, frozenset[int]]) -> tvm.IRModule:
