@@ -16,6 +16,8 @@ from test_cuda_build import GPU_MISSING, assert_device_kernels_are_ptx, assert_r
 from shapefn.bench.models import materialize
 from shapefn.frontend import from_onnx
 
+pytestmark = pytest.mark.model
+
 DATA = pathlib.Path(__file__).parent / "data"
 SIZES = [(320, 320), (256, 384)]
 # Host waits per inference: one per phase whose sizes depend on device data
