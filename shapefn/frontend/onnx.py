@@ -24,14 +24,40 @@ from ..errors import InvalidOnnxModel, UnsupportedOnnxOp
 from . import onnx_converters
 from .onnx_loop import convert_loop
 
-# Ops TVM's converters accept ShapeExpr inputs for (from its importer).
-_SHAPE_COMPATIBLE = {"Reshape", "Resize", "ConstantOfShape", "Gather", "Slice", "Shape", "Expand", "Concat",
+# How TVM's importer keeps shape values: ``Shape`` outputs as shapes
+# (``relax.ShapeExpr``, ``R.Shape``), and one size (``Gather(Shape(x), 0)``)
+# and integer arithmetic on sizes as scalars (``relax.prim_value``), so that
+# sizes known at import time stay known. A converter receives them only if
+# it takes them (below); anything else gets int64 tensors instead
+# (``_converter_inputs``), computed on the host by shapefn's placement.
+#
+# TVM's converters that take shapes (the list TVM's importer checks).
+_TVM_TAKES_SHAPES = {"Reshape", "Resize", "ConstantOfShape", "Gather", "Slice", "Shape", "Expand", "Concat",
                      "Equal", "Where", "Cast", "CastLike", "Squeeze"}
-
+# TVM's converters that take integer scalars: arithmetic on sizes folds
+# them with constants and other scalars (not with tensors computed at run
+# time); the others read sizes and bounds from them (``Unsqueeze`` makes
+# a scalar a 1-D shape).
+_TVM_FOLDS_SCALARS = {"Add", "Sub", "Mul", "Div", "Mod", "Neg", "Identity"}
+_TVM_TAKES_SCALARS = {"Unsqueeze", "Slice", "Range"}
 
 # Ops the importer converts itself rather than through a converter.
 _IMPORTER_OPS = {"If", "Loop", "Constant"}
+# Ops whose one output is a sequence or an optional, which TVM's importer
+# represents as a Relax tuple: bound whole. Every other converter result of
+# tuple type holds the node's outputs, possibly more of them than the node
+# names (TVM's BatchNormalization and LayerNormalization return their
+# optional statistics too).
+_SEQUENCE_OPS = {"Optional", "OptionalGetElement", "SequenceConstruct", "SequenceEmpty", "SequenceErase",
+                 "SequenceInsert", "ConcatFromSequence", "SplitToSequence"}
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+# onnxruntime's contrib operators (domain com.microsoft) that TVM's converters
+# implement; TVM's importer dispatches on the operator's name alone.
+_MICROSOFT_DOMAIN = "com.microsoft"
+_MICROSOFT_OPS = {"Attention", "BiasGelu", "EmbedLayerNormalization", "FastGelu", "Gelu", "MatMulInteger16",
+                  "SkipLayerNormalization"}
+# The domain nodes the checker has no schema for are moved to, on its copy.
+_UNCHECKED_DOMAIN = "shapefn.unchecked"
 
 
 class _Importer(tvm_onnx.ONNXGraphImporter):
@@ -39,6 +65,36 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
 
     def _check_for_unsupported_ops(self, graph):
         pass  # from_onnx checked the whole model (TVM's check misses shapefn's converters)
+
+    def _parse_graph_input(self, graph):
+        """Input shapes from ``shape_dict`` or the model, each dimension a
+        literal, a size variable shared by name, or a fresh size variable
+        where the size is unknown: unnamed, ``?``, or negative (as
+        paddle2onnx writes dynamic sizes). TVM's importer would give every
+        unnamed dimension one variable and keep a negative size as it is."""
+        names: dict[str, tvm.tirx.Var] = {}
+        initialized = {init.name for init in graph.initializer}
+        for value in graph.input:
+            if value.name in self._shape:
+                self._shape[value.name] = [self._input_dim(value.name, axis, d, names)
+                                           for axis, d in enumerate(self._shape[value.name])]
+            elif value.name not in initialized and value.type.tensor_type.HasField("shape"):
+                self._shape[value.name] = [self._input_dim(value.name, axis, d, names)
+                                           for axis, d in enumerate(value.type.tensor_type.shape.dim)]
+        super()._parse_graph_input(graph)
+
+    @staticmethod
+    def _input_dim(input_name, axis, dim, names):
+        if isinstance(dim, onnx.TensorShapeProto.Dimension):
+            if dim.HasField("dim_value"):
+                dim = dim.dim_value
+            else:
+                dim = dim.dim_param or None
+        if isinstance(dim, str) and dim != "?":
+            return tvm_onnx.parse_shape_name(dim, names)
+        if dim is None or isinstance(dim, str) or dim < 0:
+            return tvm.tirx.Var(f"{input_name}_dim{axis}", "int64")
+        return int(dim)
 
     def _construct_nodes(self, graph):
         for node in graph.node:
@@ -53,7 +109,7 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
         if isinstance(ty, relax.ShapeType):
             return self.bb.emit(relax.op.shape_to_tensor(value))
         if isinstance(ty, tvm.ir.PrimType):
-            return self.bb.emit(_prim_tensor(self.bb, value))
+            return self.bb.emit(onnx_converters.prim_tensor(self.bb, value))
         return value
 
     def _construct_node(self, node):
@@ -73,20 +129,19 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
                 cond = self.bb.emit(relax.op.reshape(cond, []))
             then_branch = self._branch(attr["then_branch"])
             else_branch = self._branch(attr["else_branch"])
-            self._bind_outputs(outputs, self.bb.emit(relax.If(cond, then_branch, else_branch)))
+            result = self.bb.emit(relax.If(cond, then_branch, else_branch))
+            self._bind_outputs(outputs, result, split=len(outputs) > 1)
             return
         if op_name == "Loop":
             self._nodes.update(zip(outputs, convert_loop(self, node, inputs, attr)))
             return
-        if op_name not in _SHAPE_COMPATIBLE and op_name not in onnx_converters.CONVERTERS:
-            inputs = _coerce(self.bb, inputs)
         try:
             result = self._convert_operator(op_name, inputs, attr, self.opset)
         except UnsupportedOnnxOp:
             raise
         except Exception as err:
             raise RuntimeError(f"converting ONNX node '{node.name}' ({op_name}) failed: {err}") from err
-        self._bind_outputs(outputs, result)
+        self._bind_outputs(outputs, result, split=op_name not in _SEQUENCE_OPS)
 
     def _branch(self, graph) -> relax.SeqExpr:
         """A subgraph as a branch body with its own bindings: only the branch
@@ -123,63 +178,125 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
         self.bb.match_cast(self.bb.emit(relax.op.shape_of(value)), relax.ShapeType(dims))
         return self.bb.match_cast(value, relax.TensorType(dims, ty.dtype))
 
-    def _bind_outputs(self, outputs, result):
-        if len(outputs) == 1:
+    def _bind_outputs(self, outputs, result, split: bool):
+        """Binds a node's outputs: with ``split``, a tuple result holds the
+        outputs (its first fields; ONNX leaves unused ones unnamed), so no
+        tuple reaches a converter that expects a tensor."""
+        if not split or not isinstance(getattr(result, "ty", None), relax.TupleType):
+            if len(outputs) != 1:
+                raise ValueError(f"{len(outputs)} outputs expected, the converter returned one value")
             self._nodes[outputs[0]] = result
             return
-        if not isinstance(result, relax.Tuple):
-            result = relax.Tuple([self.bb.emit(relax.TupleGetItem(result, i)) for i in range(len(outputs))])
-        for name, value in zip(outputs, result.fields):
-            self._nodes[name] = value
+        count = len(result.ty.fields)
+        if len(outputs) > count:
+            raise ValueError(f"{len(outputs)} outputs expected, the converter returned {count}")
+        for i, name in enumerate(outputs):
+            if name:
+                self._nodes[name] = (result.fields[i] if isinstance(result, relax.Tuple)
+                                     else self.bb.emit(relax.TupleGetItem(result, i)))
+
+    def _dimension_vars(self) -> set:
+        """The variables in the shapes of the values converted so far: sizes,
+        not negative (an integer scalar carried through a Loop may be)."""
+        found = set()
+        for value in self._nodes.values():
+            ty = getattr(value, "ty", None)
+            if isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr):
+                dims = ty.shape.values
+            elif isinstance(ty, relax.ShapeType) and ty.values is not None:
+                dims = ty.values
+            else:
+                continue
+            for d in dims:
+                found.update(tvm.tirx.analysis.undefined_vars(d))
+        return found
 
     def _convert_operator(self, op_name, inputs, attrs, opset):
         converter = onnx_converters.CONVERTERS.get(op_name)
         if converter is not None:
-            result = converter(self, inputs, attrs, opset)
+            scalars = "keep" if converter.takes_scalars else "tensor"
+            result = converter(self, _converter_inputs(self.bb, inputs, True, scalars), attrs, opset)
             if result is not NotImplemented:
                 return self.bb.normalize(result) if isinstance(result, relax.Expr) else result
-            if op_name not in _SHAPE_COMPATIBLE:
-                inputs = _coerce(self.bb, inputs)
         if op_name not in tvm_onnx._get_convert_map():
             raise UnsupportedOnnxOp(f"ONNX operator not supported: {op_name}")
+        scalars = "keep" if op_name in _TVM_TAKES_SCALARS else "fold" if op_name in _TVM_FOLDS_SCALARS else "tensor"
+        sizes = _size_arithmetic(op_name, inputs, self._dimension_vars)
+        if sizes is NotImplemented:
+            scalars = "tensor"
+        elif sizes is not None:
+            return sizes
+        inputs = _converter_inputs(self.bb, inputs, op_name in _TVM_TAKES_SHAPES, scalars)
         return super()._convert_operator(op_name, inputs, attrs, opset)
 
 
-def _coerce(bb: relax.BlockBuilder, inputs):
-    """Inputs for a converter that wants tensors: shape values become int64
-    tensors (computed on the host), and so do scalar shape values (TVM keeps
-    ``Gather(Shape(x), i)`` as a PrimExpr) when they meet tensors."""
-    has_tensor = any(isinstance(getattr(i, "ty", None), relax.TensorType) for i in inputs if i is not None)
+def _size_arithmetic(op_name, inputs, dimension_vars):
+    """Integer arithmetic of a size (an int64 scalar TVM keeps as a
+    PrimExpr, e.g. ``Gather(Shape(x), i)``) with another size or an int64
+    constant of one element, as a size (a 1-D shape beside a constant of
+    shape [1], as ONNX broadcasts); None if the node is not that. TVM's
+    converters fold it too, but give a size that is a call (a ceil-mode
+    pooling size, an ``if_then_else``) to a Relax op, which cannot return a
+    size, divide with ``truncdiv`` and lose the constant's rank. ONNX's Div
+    truncates and Mod takes the divisor's sign (the dividend's with
+    ``fmod``): as floordiv / floormod where the dividend is not negative
+    and the divisor positive, given that ``dimension_vars()`` are not
+    negative, which shapefn's VM computes; otherwise ``NotImplemented``:
+    computed on tensors."""
+    if op_name not in ("Add", "Sub", "Mul", "Div", "Mod") or len(inputs) != 2:
+        return None
+    sizes = [_int64_size(v) for v in inputs]
+    if any(s is None for s in sizes) or not any(isinstance(v.ty, tvm.ir.PrimType) for v in inputs):
+        return None
+    a, b = sizes
+    if op_name in ("Div", "Mod"):
+        analyzer = tvm.sym.Analyzer()
+        dims = dimension_vars()
+        for var in tvm.tirx.analysis.undefined_vars(a) + tvm.tirx.analysis.undefined_vars(b):
+            if var in dims:
+                analyzer.update(var, tvm.sym.ConstIntBound(0, tvm.sym.ConstIntBound.POS_INF), override=True)
+        if not (analyzer.can_prove(a >= 0) and analyzer.can_prove(b > 0)):
+            return NotImplemented
+        result = tvm.tirx.floordiv(a, b) if op_name == "Div" else tvm.tirx.floormod(a, b)
+    else:
+        result = {"Add": a + b, "Sub": a - b, "Mul": a * b}[op_name]
+    result = tvm.sym.Analyzer().simplify(result)
+    if any(isinstance(v.ty, relax.TensorType) and v.ty.ndim == 1 for v in inputs):
+        return relax.ShapeExpr([result])
+    return relax.prim_value(result)
+
+
+def _int64_size(value):
+    """``value`` as an int64 expression if it is an int64 scalar (a size)
+    or an int64 constant of one element; else None."""
+    ty = getattr(value, "ty", None)
+    if isinstance(ty, tvm.ir.PrimType):
+        return value if str(ty.dtype) == "int64" else None
+    if isinstance(value, tvm.ir.GenericConst) and isinstance(ty, relax.TensorType) and ty.ndim in (0, 1) \
+            and str(ty.dtype) == "int64" and value.value.numpy().size == 1:
+        return tvm.tirx.IntImm("int64", int(value.value.numpy().reshape(())))
+    return None
+
+
+def _converter_inputs(bb: relax.BlockBuilder, inputs, takes_shapes: bool, scalars: str):
+    """A node's inputs in the form its converter takes: shapes stay shapes
+    for a converter that ``takes_shapes``; integer scalars stay scalars for
+    ``scalars="keep"``, and for ``"fold"`` unless they meet a tensor
+    computed at run time (arithmetic folds them with constants only).
+    Everything else becomes a tensor, as ONNX defines it: a shape an int64
+    vector, a scalar a 0-d tensor of its dtype."""
+    if scalars == "fold" and any(isinstance(getattr(v, "ty", None), relax.TensorType)
+                                 and not isinstance(v, tvm.ir.GenericConst) for v in inputs if v is not None):
+        scalars = "tensor"
     out = tvm_onnx.onnx_input()
     for value in inputs:
         ty = getattr(value, "ty", None)
-        if isinstance(ty, relax.ShapeType):
+        if isinstance(ty, relax.ShapeType) and not takes_shapes:
             value = bb.normalize(relax.op.shape_to_tensor(value))
-        elif has_tensor and isinstance(ty, tvm.ir.PrimType):
-            value = _prim_tensor(bb, value)
+        elif isinstance(ty, tvm.ir.PrimType) and (scalars == "tensor" or not str(ty.dtype).startswith(("int", "uint"))):
+            value = onnx_converters.prim_tensor(bb, value)
         out.append(value)
     return out
-
-
-_PRIM_BINARY = {"Add": relax.op.add, "Sub": relax.op.subtract, "Mul": relax.op.multiply,
-                "Div": relax.op.divide, "Min": relax.op.minimum, "Max": relax.op.maximum}
-
-
-def _prim_tensor(bb: relax.BlockBuilder, value):
-    """A scalar PrimExpr (TVM folds shape arithmetic into these) as a 0-d
-    tensor of its dtype, computed with Relax ops (on the host, by placement)."""
-    dtype = str(value.ty.dtype)
-    if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
-        return relax.const(value.value, dtype)
-    if dtype == "int64":
-        vector = bb.normalize(relax.op.shape_to_tensor(relax.ShapeExpr([value])))
-        return bb.normalize(relax.op.reshape(vector, []))
-    if isinstance(value, tvm.tirx.Cast):
-        return bb.normalize(relax.op.astype(_prim_tensor(bb, value.value), dtype))
-    op = _PRIM_BINARY.get(type(value).__name__)
-    if op is None:
-        raise NotImplementedError(f"the scalar expression {value} cannot become a tensor")
-    return bb.normalize(op(_prim_tensor(bb, value.a), _prim_tensor(bb, value.b)))
 
 
 def _all_nodes(graph):
@@ -208,6 +325,8 @@ def _check_model(model: onnx.ModelProto) -> None:
     for node in _all_nodes(model.graph):
         if node.domain in _DEFAULT_DOMAINS and node.op_type in supported:
             continue
+        if node.domain == _MICROSOFT_DOMAIN and node.op_type in _MICROSOFT_OPS:
+            continue
         op = node.op_type if node.domain in _DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
         unsupported.setdefault(op, []).append(_node_label(node))
     if unsupported:
@@ -215,25 +334,53 @@ def _check_model(model: onnx.ModelProto) -> None:
                             for op, nodes in sorted(unsupported.items()))
         raise UnsupportedOnnxOp(f"ONNX operators not supported: {listing}", unsupported)
     try:
-        onnx.checker.check_model(_with_io_shapes(model))
+        onnx.checker.check_model(_for_checker(model))
     except onnx.checker.ValidationError as err:
         raise InvalidOnnxModel(f"the ONNX model is malformed: {err}") from None
 
 
-def _with_io_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` for onnx.checker, which requires a shape on every graph
-    input and output: TVM's importer (and so shapefn) takes ones of unknown
-    rank, so those get an empty shape, on a copy, that nothing reads."""
+def _for_checker(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` as onnx.checker should see it, on a copy when it differs:
+
+    * the checker requires a shape on every graph input and output; TVM's
+      importer (and so shapefn) takes ones of unknown rank, so those get an
+      empty shape that nothing reads;
+    * nodes it has no current schema for although they are imported (and
+      run by onnxruntime) — Microsoft contrib operators, operators the
+      model's opset predates (LayerNormalization before opset 17, which
+      onnxruntime registers as a contrib operator) or deprecates
+      (GroupNormalization-18) — move to a domain of their own, whose nodes
+      it does not check (it still checks how the graph uses them)."""
+    opset = _default_opset(model)
+
     def unshaped(values):
         return [v for v in values if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape")]
 
-    if not unshaped([*model.graph.input, *model.graph.output]):
+    def unchecked(node):
+        if node.domain == _MICROSOFT_DOMAIN:
+            return True
+        if node.domain not in _DEFAULT_DOMAINS:
+            return False
+        return not onnx.defs.has(node.op_type, opset, "") or onnx.defs.get_schema(node.op_type, opset, "").deprecated
+
+    if not unshaped([*model.graph.input, *model.graph.output]) and not any(map(unchecked, _all_nodes(model.graph))):
         return model
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     for value in unshaped([*copy.graph.input, *copy.graph.output]):
         value.type.tensor_type.shape.SetInParent()
+    moved = False
+    for node in _all_nodes(copy.graph):
+        if unchecked(node):
+            node.domain = _UNCHECKED_DOMAIN
+            moved = True
+    if moved:
+        copy.opset_import.append(onnx.helper.make_opsetid(_UNCHECKED_DOMAIN, 1))
     return copy
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in _DEFAULT_DOMAINS), 1)
 
 
 def from_onnx(model, shape_dict: dict | None = None) -> tvm.IRModule:
@@ -252,6 +399,6 @@ def from_onnx(model, shape_dict: dict | None = None) -> tvm.IRModule:
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"from_onnx takes an onnx.ModelProto or a path, got {type(model).__name__}")
     _check_model(model)
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = _default_opset(model)
     importer = _Importer(shape_dict, "float32", keep_params_in_input=False, sanitize=True)
     return importer.from_onnx(model.graph, opset)

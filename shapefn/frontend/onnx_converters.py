@@ -20,8 +20,12 @@ from ..compiler.shape_calls import emit_shape
 CONVERTERS: dict = {}
 
 
-def converter(op_type: str):
+def converter(op_type: str, takes_scalars: bool = False):
+    """Registers ``fn`` as the converter of ``op_type``. It receives shape
+    values as shapes, and integer scalars (TVM's PrimValues) only with
+    ``takes_scalars``; other inputs as tensors (``onnx._converter_inputs``)."""
     def register(fn):
+        fn.takes_scalars = takes_scalars
         CONVERTERS[op_type] = fn
         return fn
 
@@ -46,12 +50,36 @@ def _const_value(importer, expr) -> np.ndarray | None:
 
 
 def _tensor(bb: relax.BlockBuilder, expr, dtype: str | None = None):
-    """``expr`` as a tensor (shape values become int64 tensors), cast to ``dtype``."""
+    """``expr`` as a tensor (shapes become int64 vectors, scalars 0-d
+    tensors), cast to ``dtype``."""
     if isinstance(expr.ty, relax.ShapeType):
         expr = bb.emit(relax.op.shape_to_tensor(expr))
+    elif isinstance(expr.ty, tvm.ir.PrimType):
+        expr = prim_tensor(bb, expr)
     if dtype is not None and str(expr.ty.dtype) != dtype:
         expr = bb.emit(relax.op.astype(expr, dtype))
     return expr
+
+
+_PRIM_BINARY = {"Add": relax.op.add, "Sub": relax.op.subtract, "Mul": relax.op.multiply,
+                "Div": relax.op.divide, "Min": relax.op.minimum, "Max": relax.op.maximum}
+
+
+def prim_tensor(bb: relax.BlockBuilder, value):
+    """A scalar PrimExpr (TVM folds shape arithmetic into these) as a 0-d
+    tensor of its dtype, computed with Relax ops (on the host, by placement)."""
+    dtype = str(value.ty.dtype)
+    if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+        return relax.const(value.value, dtype)
+    if dtype == "int64":
+        vector = bb.normalize(relax.op.shape_to_tensor(relax.ShapeExpr([value])))
+        return bb.normalize(relax.op.reshape(vector, []))
+    if isinstance(value, tvm.tirx.Cast):
+        return bb.normalize(relax.op.astype(prim_tensor(bb, value.value), dtype))
+    op = _PRIM_BINARY.get(type(value).__name__)
+    if op is None:
+        raise NotImplementedError(f"the scalar expression {value} cannot become a tensor")
+    return bb.normalize(op(prim_tensor(bb, value.a), prim_tensor(bb, value.b)))
 
 
 def _absent(importer, expr) -> bool:
@@ -194,7 +222,7 @@ def tile(importer, inputs, attrs, opset):
     return ops.tile(importer.bb, inputs[0], _tensor(importer.bb, repeats, "int64"))
 
 
-@converter("Range")
+@converter("Range", takes_scalars=True)
 def range_(importer, inputs, attrs, opset):
     if all(_const_value(importer, v) is not None for v in inputs):
         return NotImplemented
@@ -293,7 +321,7 @@ def squeeze(importer, inputs, attrs, opset):
     return _tvm_converter(importer, "Squeeze", [cast, *inputs[1:]], attrs, opset)
 
 
-@converter("Concat")
+@converter("Concat", takes_scalars=True)
 def concat(importer, inputs, attrs, opset):
     """Concat where shape values (kept by TVM as shapes or scalars) meet
     tensors. With constant int64 vectors only, the result is a shape
@@ -353,7 +381,7 @@ def _concat_shape(importer, values) -> relax.ShapeExpr | None:
     dims = []
     for v in values:
         if isinstance(v.ty, tvm.ir.PrimType) and str(v.ty.dtype) == "int64":
-            dims.append(v.value if isinstance(v, relax.PrimValue) else v)
+            dims.append(v)
             continue
         piece = _shape_values(importer, v)
         if piece is None:
@@ -399,12 +427,10 @@ def _variadic(binary_op):
         converter broadcasts every input to one shape computed at import time
         and rejects sizes it cannot relate (``N`` and ``M``, equal or 1 only
         at run time, as batched NMS's boxes and offsets are)."""
-        from .onnx import _coerce
-
         values = [v for v in inputs if v is not None]
         if all(_const_value(importer, v) is not None for v in values):
             return NotImplemented
-        values = list(_coerce(importer.bb, values))
+        values = [_tensor(importer.bb, v) for v in values]
         result = values[0]
         for value in values[1:]:
             result = importer.bb.normalize(binary_op(result, value))
@@ -426,7 +452,7 @@ def equal(importer, inputs, attrs, opset):
     only elements decided at import time (literals, the same size) fold; the
     rest compare at run time."""
     a, b = inputs
-    if not any(isinstance(v.ty, (relax.ShapeType, tvm.ir.PrimType)) for v in (a, b)):
+    if not any(isinstance(v.ty, relax.ShapeType) for v in (a, b)):
         return NotImplemented
     la, lb = _shape_values(importer, a), _shape_values(importer, b)
     if la is not None and lb is not None and len(la) == len(lb):
@@ -440,7 +466,140 @@ def equal(importer, inputs, attrs, opset):
                 break
         else:
             return relax.const(np.array(decided, bool), "bool")
-    from .onnx import _coerce
+    return relax.op.equal(_tensor(importer.bb, a), _tensor(importer.bb, b))
 
-    a, b = (_tensor(importer.bb, v) for v in _coerce(importer.bb, [a, b]))
-    return relax.op.equal(a, b)
+
+@converter("BatchNormalization")
+def batch_normalization(importer, inputs, attrs, opset):
+    """Training-mode BatchNormalization: ONNX's running statistics are
+    ``running * momentum + batch * (1 - momentum)``; Relax's batch_norm
+    weighs them the other way round (PyTorch's momentum)."""
+    if not attrs.get("training_mode", 0):
+        return NotImplemented
+    attrs = {**attrs, "momentum": 1 - attrs.get("momentum", 0.9)}
+    return _tvm_converter(importer, "BatchNormalization", inputs, attrs, opset)
+
+
+@converter("LayerNormalization")
+def layer_normalization(importer, inputs, attrs, opset):
+    """LayerNormalization whose Mean or InvStdDev output is used: TVM's
+    converter gives them as the constant 0."""
+    if attrs["tvm_custom"]["num_outputs"] == 1:
+        return NotImplemented
+    bb = importer.bb
+    data = inputs[0]
+    normalized = bb.normalize(_tvm_converter(importer, "LayerNormalization", inputs, attrs, opset))
+    y = normalized.fields[0] if isinstance(normalized, relax.Tuple) else bb.emit(relax.TupleGetItem(normalized, 0))
+    ndim = _ndim(data)
+    axes = list(range(attrs.get("axis", -1) % ndim, ndim))
+    return relax.Tuple([y, *_normalization_statistics(bb, data, axes, attrs.get("epsilon", 1e-5))])
+
+
+@converter("SkipLayerNormalization")
+def skip_layer_normalization(importer, inputs, attrs, opset):
+    """com.microsoft SkipLayerNormalization. TVM's converter requires the
+    optional beta and bias, gives the statistics outputs as the constant 0
+    and not the sum (``input + skip + bias``, what is normalized)."""
+    bb = importer.bb
+    data, skip, gamma = inputs[:3]
+    beta = inputs[3] if len(inputs) > 3 and inputs[3] is not None else relax.op.zeros_like(gamma)
+    total = bb.emit(relax.op.add(data, skip))
+    if len(inputs) > 4 and inputs[4] is not None:
+        total = bb.emit(relax.op.add(total, inputs[4]))
+    epsilon = attrs.get("epsilon", 1e-12)
+    y = bb.emit(relax.op.nn.layer_norm(total, gamma, beta, [-1], epsilon))
+    if attrs["tvm_custom"]["num_outputs"] == 1:
+        return y
+    return relax.Tuple([y, *_normalization_statistics(bb, total, [_ndim(total) - 1], epsilon), total])
+
+
+def _normalization_statistics(bb, data, axes, epsilon) -> tuple:
+    """Mean and 1 / sqrt(variance + epsilon) over ``axes`` (kept as size 1),
+    in float32, as ONNX's normalizations define their optional outputs."""
+    x = _tensor(bb, data, "float32")
+    mean = bb.emit(relax.op.mean(x, axes, keepdims=True))
+    centered = bb.emit(relax.op.subtract(x, mean))
+    variance = bb.emit(relax.op.mean(bb.emit(relax.op.multiply(centered, centered)), axes, keepdims=True))
+    inv_std_dev = bb.emit(relax.op.rsqrt(bb.emit(relax.op.add(variance, relax.const(float(epsilon), "float32")))))
+    return mean, inv_std_dev
+
+
+@converter("MaxPool")
+def max_pool(importer, inputs, attrs, opset):
+    """2-D MaxPool over sizes known only at run time with ``auto_pad``
+    SAME_UPPER / SAME_LOWER (Keras exports) or ``ceil_mode``. ONNX's SAME
+    padding, ``(ceil(in / s) - 1) * s + window - in`` in all, depends on
+    ``in mod s``, so TVM's converter needs the size; with ``ceil_mode``,
+    Relax's output size is an ``if_then_else`` (a last window that would
+    start in the padding after is dropped), which shapefn's VM does not
+    compute. Where the padding before is the same for every input size
+    and some padding after gives ONNX's output size for every input size
+    (the usual windows), the pool pads itself; otherwise the input is
+    padded first, by amounts computed from its size at run time."""
+    data = inputs[0]
+    ty = data.ty
+    mode = _str(attrs.get("auto_pad"), "NOTSET")
+    same = mode in ("SAME_UPPER", "SAME_LOWER")
+    if attrs["tvm_custom"]["num_outputs"] != 1 or not (same or attrs.get("ceil_mode", 0)) \
+            or not isinstance(ty, relax.TensorType) or ty.shape is None or ty.ndim != 4 \
+            or all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values[2:]):
+        return NotImplemented
+    kernel = list(attrs["kernel_shape"])
+    strides = list(attrs.get("strides", [1, 1]))
+    dilations = list(attrs.get("dilations", [1, 1]))
+    pads = [0] * 4 if same or mode == "VALID" else list(attrs.get("pads", [0] * 4))
+    axes = [(((k - 1) * d + 1), s, pads[i], pads[i + 2]) for i, (k, s, d) in enumerate(zip(kernel, strides, dilations))]
+    static = [_static_pool_pads(mode, *axis) for axis in axes]
+    if all(p is not None for p in static):
+        (top, bottom), (left, right) = static
+        return relax.op.nn.max_pool2d(data, kernel, strides, [top, left, bottom, right], dilations)
+    befores, afters = [], []
+    for size, (window, stride, before, after) in zip(ty.shape.values[2:], axes):
+        if same:
+            total = tvm.tirx.max((_ceildiv(size, stride) - 1) * stride + window - size, 0)
+            before = total // 2 if mode == "SAME_UPPER" else total - total // 2
+            count = _ceildiv(size, stride)
+        else:
+            count = tvm.tirx.min(_ceildiv(size + before + after - window, stride), (size + before - 1) // stride) + 1
+        befores.append(before)
+        afters.append((count - 1) * stride + window - size - before)  # negative: crops
+    bb = importer.bb
+    amounts = bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr([0, 0, *befores, 0, 0, *afters])))
+    dtype = str(ty.dtype)
+    lowest = -np.inf if "float" in dtype else np.iinfo(dtype).min
+    padded = ops.pad(bb, data, amounts, relax.const(lowest, dtype))
+    return relax.op.nn.max_pool2d(padded, kernel, strides, [0, 0, 0, 0], dilations)
+
+
+def _ceildiv(a, b):
+    return (a + b - 1) // b
+
+
+def _static_pool_pads(mode: str, window: int, stride: int, before: int, after: int) -> tuple[int, int] | None:
+    """Padding (before, after) of one axis with which a pool (floor mode)
+    gives ONNX's windows for every input size, or None if there is none:
+    SAME's when it does not depend on ``in mod stride``; for ``ceil_mode``,
+    the padding after grown by ``stride - 1`` unless a last window could
+    start in it (ONNX and Relax drop that one)."""
+    if mode in ("SAME_UPPER", "SAME_LOWER"):
+        totals = [max(window - (rest or stride), 0) for rest in range(stride)]  # by in mod stride
+        befores = {t // 2 if mode == "SAME_UPPER" else t - t // 2 for t in totals}
+        if len(befores) != 1:
+            return None
+        (before,) = befores
+        padded_after = max(totals) - before
+        sizes = range(1, window + 2 * stride + 1)
+
+        def count(size):
+            return _ceildiv(size, stride)
+    else:
+        padded_after = after + stride - 1
+        sizes = range(max(window - before - after, 1), window + 2 * stride + 1)
+
+        def count(size):
+            return min(_ceildiv(size + before + after - window, stride), (size + before - 1) // stride) + 1
+    # Both counts grow by one when the size grows by the stride: one period past the window decides.
+    for size in sizes:
+        if (size + before + padded_after - window) // stride + 1 != count(size):
+            return None
+    return before, padded_after
