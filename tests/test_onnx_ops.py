@@ -1,10 +1,12 @@
-"""The ONNX operators of torchvision's SSD-lite and Faster R-CNN exports
-(opset 11), one small model each, used the way those models use them:
-imported with shapefn.from_onnx, compiled once, run at several shapes or
-values on a strict sim and on opencl (the ``onnx_check`` fixture runs each
-test on both, the counters on opencl equal to those on sim) and compared
-with onnxruntime. Element-wise, layout and network ops here; ops whose
-shapes come from values in test_onnx_ops_dynamic.py."""
+"""The ONNX operators of torchvision's detection exports in tests/data
+(SSD-lite and Faster R-CNN at opset 11; RetinaNet, FCOS, SSD300, Keypoint
+and Mask R-CNN at opsets 11 and 17), one small model each, used the way
+those models use them: imported with shapefn.from_onnx, compiled once, run
+at several shapes or values on a strict sim and on opencl (the
+``onnx_check`` fixture runs each test on both, the counters on opencl equal
+to those on sim) and compared with onnxruntime. Element-wise, layout and
+network ops here; ops whose shapes come from values in
+test_onnx_ops_dynamic.py."""
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -13,14 +15,15 @@ F, I64, I32, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, Tensor
 rng = np.random.default_rng(0)
 
 
-def model(nodes, inputs, outputs, inits=()):
-    """An opset-11 model like the detection exports. ``inputs``/``outputs`` are
-    ``(name, elem_type, shape)``; ``inits`` maps names to numpy values."""
+def model(nodes, inputs, outputs, inits=(), opset=11):
+    """An opset-11 model like the detection exports (or ``opset``).
+    ``inputs``/``outputs`` are ``(name, elem_type, shape)``; ``inits`` maps
+    names to numpy values."""
     graph = helper.make_graph(
         nodes, "t", [helper.make_tensor_value_info(*i) for i in inputs],
         [helper.make_tensor_value_info(*o) for o in outputs],
         initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=6)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=6 if opset == 11 else 8)
 
 
 def i64(*values):
@@ -294,4 +297,51 @@ def test_layout(onnx_check, case):
     onnx_check(*LAYOUT[case])
 
 
-GROUPS = (ELEMENTWISE, COMPARE, CAST_CLIP, REDUCES, NETWORK, LAYOUT)
+def family_cases():
+    """The other operators of torchvision's detection family (RetinaNet,
+    FCOS, SSD300, Keypoint and Mask R-CNN), at opset 17 where they need it."""
+    # FCOS: class of each flattened (location, class) score, and the top-k mask logic.
+    yield "Mod-int64", model([node("Mod", ["x", "k"], ["y"], fmod=0)], [("x", I64, ["N"])], [("y", I64, None)],
+                             {"k": np.int64(91)}), [[rng.integers(-300, 3000, n)] for n in (9, 0)]
+    yield "Xor", model([node("Xor", ["a", "b"], ["y"])], [("a", B, ["N"]), ("b", B, ["N"])], [("y", B, None)]), \
+        [[rng.random(n) < 0.5, rng.random(n) < 0.5] for n in (8, 0)]
+    # FCOS's GroupNorm: reshaped to [N, groups, -1], normalized per group.
+    yield "InstanceNormalization", model(
+        [node("InstanceNormalization", ["x", "scale", "bias"], ["y"], epsilon=1e-5)], [("x", F, ["N", 4, "L"])],
+        [("y", F, None)], {"scale": np.ones(4, np.float32), "bias": np.zeros(4, np.float32)}), \
+        [[uniform((n, 4, length))] for n, length in ((2, 9), (1, 30))]
+    # Keypoint R-CNN's keypoint logits (4x4, stride 2, padding 1); Mask R-CNN's is the 2x2 of the mask head test.
+    yield "ConvTranspose-4x4-s2-p1", model(
+        [node("ConvTranspose", ["x", "w", "b"], ["y"], kernel_shape=[4, 4], strides=[2, 2], pads=[1, 1, 1, 1])],
+        [("x", F, ["N", 3, "H", "W"])], [("y", F, None)],
+        {"w": uniform((3, 5, 4, 4), -0.5, 0.5), "b": uniform(5, -0.1, 0.1)}), \
+        [[uniform((n, 3, h, w))] for n, h, w in ((2, 7, 7), (1, 4, 9), (0, 7, 7))]
+    # Keypoint R-CNN: each keypoint's heatmap maximum.
+    yield "ArgMax", model([node("ArgMax", ["x"], ["y"], axis=1, keepdims=0)], [("x", F, ["K", "P"])],
+                          [("y", I64, None)]), [[uniform((k, p))] for k, p in ((17, 50), (3, 1))]
+    # SSD300's L2Norm of conv4_3 over channels.
+    yield "ReduceL2", model([node("ReduceL2", ["x"], ["y"], axes=[1], keepdims=1)], [("x", F, ["N", 6, "H", "W"])],
+                            [("y", F, None)]), [[uniform((n, 6, h, w))] for n, h, w in ((1, 5, 4), (2, 1, 3))]
+    yield "GreaterOrEqual", model([node("GreaterOrEqual", ["x", "t"], ["y"])], [("x", F, ["N"])], [("y", B, None)],
+                                  {"t": np.float32(0.5)}, opset=17), [[uniform(n, 0, 1)] for n in (9, 0)]
+    # Mask R-CNN's paste loop and Keypoint R-CNN's heatmap loop (tests/test_onnx_loop.py and
+    # tests/test_loop_host_params.py test loops in depth): a counted loop with a carried sum.
+    body = helper.make_graph(
+        [node("Cast", ["i"], ["fi"], to=F), node("Add", ["acc", "fi"], ["acc_out"]), node("Identity", ["cond"], ["c"])],
+        "body", [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond", B, []),
+                 helper.make_tensor_value_info("acc", F, ["N"])],
+        [helper.make_tensor_value_info("c", B, []), helper.make_tensor_value_info("acc_out", F, ["N"])])
+    yield "Loop-counted", model([node("Loop", ["n", "", "x"], ["y"], body=body)], [("x", F, ["N"]), ("n", I64, [])],
+                                [("y", F, ["N"])], opset=17), \
+        [[uniform(4), np.array(n, np.int64)] for n in (3, 0)]
+
+
+FAMILY = cases(family_cases)
+
+
+@pytest.mark.parametrize("case", FAMILY)
+def test_detection_family_ops(onnx_check, case):
+    onnx_check(*FAMILY[case])
+
+
+GROUPS = (ELEMENTWISE, COMPARE, CAST_CLIP, REDUCES, NETWORK, LAYOUT, FAMILY)
