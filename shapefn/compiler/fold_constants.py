@@ -49,10 +49,9 @@ def _foldable_bindings(mod: tvm.IRModule) -> tuple[list[tuple[relax.Var, relax.C
     and the values of the variables bound to constants."""
     foldable, constants = [], {}
     constant_vars: set[int] = set()
-    for func in mod.functions.values():
-        if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
-            continue
-        for block in func.body.blocks:
+
+    def visit(seq: relax.SeqExpr) -> None:
+        for block in seq.blocks:
             for binding in block.bindings:
                 if not isinstance(binding, relax.VarBinding):
                     continue
@@ -63,6 +62,17 @@ def _foldable_bindings(mod: tvm.IRModule) -> tuple[list[tuple[relax.Var, relax.C
                 elif _is_foldable_call(mod, value, constant_vars):
                     constant_vars.add(key(binding.var))
                     foldable.append((binding.var, value))
+                elif isinstance(value, relax.If):
+                    # (A Loop's body is in a branch. Left to TVM's pass, a GPU
+                    # form there stays unfolded: TVM compiles what it folds for
+                    # the CPU, and a kernel of GPU threads does not build.)
+                    for branch in (value.true_branch, value.false_branch):
+                        if isinstance(branch, relax.SeqExpr):
+                            visit(branch)
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr):
+            visit(func.body)
     return foldable, constants
 
 

@@ -1,0 +1,145 @@
+"""torchvision's detection family as torchvision exports it: RetinaNet, FCOS,
+Keypoint R-CNN and Mask R-CNN (ResNet-50 FPN) and SSD300 (VGG16), the
+weight-free graphs of tests/data (made by tests/data/export_torchvision.py:
+random weights, dynamic H and W, opsets 11 and 17) materialized with seed 0.
+Each graph is compiled once per device (every graph for a strict sim, the
+R-CNNs' opset-17 graphs for OpenCL too: ``RUNS``) and run at 256x320 and
+320x256 against onnxruntime: detections match as sets (test_models.py's
+criterion), keypoints and masks on the matched detections within
+tolerances; an inference waits on the device an exact number of times, and
+moves the same on opencl as on sim."""
+import pathlib
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import shapefn
+from conftest import device_independent, opencl
+from shapefn.bench.models import materialize
+from shapefn.frontend import from_onnx
+
+pytestmark = pytest.mark.model
+
+DATA = pathlib.Path(__file__).parent / "data"
+SIZES = [(256, 320), (320, 256)]
+MODELS = ["retinanet_resnet50_fpn", "fcos_resnet50_fpn", "ssd300_vgg16", "keypointrcnn_resnet50_fpn",
+          "maskrcnn_resnet50_fpn"]
+# export_torchvision.py's file names: <model>.graph.onnx is opset 11, <model>_op17.graph.onnx opset 17.
+GRAPHS = [model + opset for model in MODELS for opset in ("", "_op17")]
+# Which graphs run where, for CI's time: on opencl, compiling a graph and
+# PoCL's build of its program at the first inference take 1.3-2.5 minutes
+# (a sim compile 5-40 s). Every graph runs on sim; on opencl the R-CNNs at
+# opset 17, whose Loops, host parameters and RoIAlign test most of what a
+# device with memory of its own adds. The one-stage models' op types run on
+# opencl in test_models.py and test_onnx_ops.py.
+RUNS = {"sim": GRAPHS, "opencl": ["keypointrcnn_resnet50_fpn_op17", "maskrcnn_resnet50_fpn_op17"]}
+# Host waits per inference (the same at both sizes and on both devices).
+SYNCS = {
+    "retinanet_resnet50_fpn": 2, "retinanet_resnet50_fpn_op17": 2,
+    "fcos_resnet50_fpn": 2, "fcos_resnet50_fpn_op17": 2,
+    "ssd300_vgg16": 2, "ssd300_vgg16_op17": 2,
+    "keypointrcnn_resnet50_fpn": 8, "keypointrcnn_resnet50_fpn_op17": 8,
+    "maskrcnn_resnet50_fpn": 9, "maskrcnn_resnet50_fpn_op17": 9,
+}
+# Per-detection outputs beyond boxes, scores and labels, compared on matched
+# detections: keypoints are pixel coordinates (and a visibility of 1) read at
+# a heatmap's maximum, masks probabilities pasted at the input's size.
+TOLERANCES = {"keypoints": dict(rtol=1e-3, atol=1e-2), "keypoints_scores": dict(rtol=1e-3, atol=1e-4),
+              "masks": dict(rtol=1e-3, atol=1e-4)}
+
+
+def matched_pairs(got: dict, want: dict) -> list[tuple[int, int]]:
+    """(reference index, shapefn index) of each reference detection that has
+    an equal-label detection with box and score within 1e-3 relative (each
+    matched at most once; test_models.match_detections' criterion)."""
+    used = np.zeros(len(got["boxes"]), bool)
+    pairs = []
+    for i, (box, score, label) in enumerate(zip(want["boxes"], want["scores"], want["labels"])):
+        candidates = np.flatnonzero(
+            ~used & (got["labels"] == label) & np.isclose(got["scores"], score, rtol=1e-3, atol=1e-6)
+            & np.all(np.isclose(got["boxes"], box, rtol=1e-3, atol=1e-3), axis=1))
+        if len(candidates):
+            used[candidates[0]] = True
+            pairs.append((i, candidates[0]))
+    return pairs
+
+
+class Compiled:
+    """One graph at a time (the tests run graph by graph; a ResNet-50's
+    pools are large): its onnxruntime session, one executable and VM per
+    device, and the device-independent counters of each inference on sim."""
+
+    def __init__(self):
+        self.name = None
+        self.sim_counters = {}
+
+    def _load(self, name):
+        if name != self.name:
+            self.name, self.vms = name, {}
+            self.proto = materialize(DATA, name)
+            self.session = ort.InferenceSession(self.proto.SerializeToString(), providers=["CPUExecutionProvider"])
+            self.outputs = [o.name for o in self.proto.graph.output]
+
+    def vm(self, name, device):
+        self._load(name)
+        if device not in self.vms:
+            exe = shapefn.compile(from_onnx(self.proto), device)
+            self.vms[device] = shapefn.VirtualMachine(exe, shapefn.sim(strict=True) if device == "sim" else device)
+        return self.vms[device]
+
+    def run(self, name, device, x):
+        """shapefn's outputs by name and the inference's counters."""
+        vm = self.vm(name, device)
+        vm.reset_counters()
+        got = dict(zip(self.outputs, (t.numpy() for t in vm(x))))
+        counters = vm.counters
+        if device == "sim":
+            self.sim_counters[name, x.shape] = device_independent(counters)
+        return got, counters
+
+    def reference(self, name, x):
+        self._load(name)
+        return dict(zip(self.outputs, self.session.run(None, {"image": x})))
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return Compiled()
+
+
+def image(size):
+    return np.random.default_rng(1).uniform(0, 1, (3, *size)).astype(np.float32)
+
+
+def case(name, device):
+    return pytest.param(name, device, marks=opencl if device == "opencl" else (), id=f"{name}-{device}")
+
+
+# Graph by graph (Compiled holds one at a time).
+CASES = [case(name, device) for name in GRAPHS for device in ("sim", "opencl") if name in RUNS[device]]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("name, device", CASES)
+def test_detections_match_onnxruntime(compiled, name, device, size):
+    x = image(size)
+    got, counters = compiled.run(name, device, x)
+    want = compiled.reference(name, x)
+    assert len(want["boxes"]) > 0
+    assert {k: (v.dtype, v.shape[1:]) for k, v in got.items()} == {k: (v.dtype, v.shape[1:]) for k, v in want.items()}
+    assert len(got["boxes"]) == len(want["boxes"])
+    pairs = matched_pairs(got, want)
+    assert len(pairs) == len(want["boxes"])
+    wi, gi = (np.array(p, int) for p in zip(*pairs))
+    for output, tolerance in TOLERANCES.items():
+        if output in want:
+            np.testing.assert_allclose(got[output][gi], want[output][wi], **tolerance, err_msg=output)
+    assert counters["syncs"] == SYNCS[name]
+    # Back to the host: counts, sizes and loops' small host parameters, never
+    # a feature map (one mask alone is 320 KB).
+    assert counters["d2h_bytes"] <= 1024
+    if device == "opencl":
+        if (name, x.shape) not in compiled.sim_counters:
+            compiled.run(name, "sim", x)
+        assert device_independent(counters) == compiled.sim_counters[name, x.shape]
