@@ -1,5 +1,7 @@
-"""Detection models end to end: torchvision's SSD-lite and Faster R-CNN
-(weight-free graphs in tests/data, materialized with seed 0).
+"""Detection models end to end: the weight-free graphs of torchvision's
+detection models in tests/data (materialized with seed 0): by default
+SSD-lite and Faster R-CNN; ``--models`` names any of them (RetinaNet, FCOS,
+SSD300, Keypoint and Mask R-CNN at opsets 11 and 17, too).
 
 Per model: compile seconds and kernels compiled with an empty kernel cache
 (cold) and, in a new process, with the cache that filled (warm); per input
@@ -31,7 +33,7 @@ from ..compiler import compile as compile_relax
 from ..frontend import from_onnx
 from ..vm import VirtualMachine
 
-MODELS = ["ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn"]
+DEFAULT_MODELS = ["ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn"]
 SIZES = [(320, 320), (256, 384)]
 
 
@@ -128,12 +130,17 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m shapefn.bench models", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--models", nargs="*", default=MODELS, choices=MODELS)
+    parser.add_argument("--models", nargs="*", default=DEFAULT_MODELS,
+                        help="graphs of --data by name (<name>.graph.onnx); default: " + " ".join(DEFAULT_MODELS))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--data", help="directory with the .graph.onnx files and materialize.py")
     parser.add_argument("--device", default="sim", help="sim (modelled, default) or opencl[:N] (a real device)")
     args = parser.parse_args(argv)
     data = _data_dir(args.data)
+    available = sorted(p.name[: -len(".graph.onnx")] for p in data.glob("*.graph.onnx"))
+    unknown = [name for name in args.models if name not in available]
+    if unknown:
+        parser.error(f"no graph for {', '.join(unknown)} in {data} (there are: {', '.join(available)})")
     results = {name: measure(name, data, args.repeat, args.device) for name in args.models}
     if args.json:
         print(json.dumps(results, indent=2))
