@@ -3,7 +3,7 @@ Keypoint R-CNN and Mask R-CNN (ResNet-50 FPN) and SSD300 (VGG16), the
 weight-free graphs of tests/data (made by tests/data/export_torchvision.py:
 random weights, dynamic H and W, opsets 11 and 17) materialized with seed 0.
 Each graph is compiled once per device (every graph for a strict sim, the
-R-CNNs' opset-17 graphs for OpenCL too: ``RUNS``) and run at 256x320 and
+opset-17 graphs for OpenCL too: ``RUNS``) and run at 256x320 and
 320x256 against onnxruntime: detections match as sets (test_models.py's
 criterion), keypoints and masks on the matched detections within
 tolerances; an inference waits on the device an exact number of times, and
@@ -29,11 +29,9 @@ MODELS = ["retinanet_resnet50_fpn", "fcos_resnet50_fpn", "ssd300_vgg16", "keypoi
 GRAPHS = [model + opset for model in MODELS for opset in ("", "_op17")]
 # Which graphs run where, for CI's time: on opencl, compiling a graph and
 # PoCL's build of its program at the first inference take 1.3-2.5 minutes
-# (a sim compile 5-40 s). Every graph runs on sim; on opencl the R-CNNs at
-# opset 17, whose Loops, host parameters and RoIAlign test most of what a
-# device with memory of its own adds. The one-stage models' op types run on
-# opencl in test_models.py and test_onnx_ops.py.
-RUNS = {"sim": GRAPHS, "opencl": ["keypointrcnn_resnet50_fpn_op17", "maskrcnn_resnet50_fpn_op17"]}
+# (a sim compile 5-40 s). Every graph runs on sim; on opencl every model at
+# opset 17.
+RUNS = {"sim": GRAPHS, "opencl": [name for name in GRAPHS if name.endswith("_op17")]}
 # Host waits per inference (the same at both sizes and on both devices).
 SYNCS = {
     "retinanet_resnet50_fpn": 2, "retinanet_resnet50_fpn_op17": 2,
