@@ -86,9 +86,14 @@ def test_ten_thousand_calls_keep_memory_flat(slice_nonzero_models, input_sets, d
     for pools, rss, allocated_now in samples[1:]:
         assert pools == (device_hw, host_hw)
         assert allocated_now == allocated  # the device allocates nothing more
-        # Four calls' worth over 9,900 calls: a leak of 1/2,500 of what a call
-        # allocates would exceed it.
-        assert rss - rss_after_warm_up < 4 * one_call, (rss - rss_after_warm_up, one_call)
+        # Four calls' worth over 9,900 calls on sim: a leak of 1/2,500 of what
+        # a call allocates would exceed it. On opencl, sixteen (1/600): the
+        # OpenCL driver's own threads allocate host memory on their schedule,
+        # and in a test process that already ran other OpenCL programs
+        # (pytest-xdist reuses its workers) that moved resident memory by
+        # 2.0 MB, four calls' worth, once in three runs.
+        allowed = (4 if device == "sim" else 16) * one_call
+        assert rss - rss_after_warm_up < allowed, (rss - rss_after_warm_up, one_call)
     # Every lent input array was given back.
     assert [sys.getrefcount(a) for args in input_sets for a in args] == refcounts
 
