@@ -460,11 +460,8 @@ class _FunctionCodegen:
             self.kill(call.args[0])
             return None
         if name == "relax.tensor_to_shape":
-            dst = fb.reg()
-            source = call.args[0]
-            is_const = is_tensor_const(source) or key(source) in self.consts
-            fb.readback([dst], [self.tensor(source, HOST) if is_const else self.value(source)])
-            return dst
+            self.readbacks([binding])
+            return None
         if name == "relax.shape_of":
             return self._shape_of(self.value(call.args[0]))
         if name == "relax.null_value":

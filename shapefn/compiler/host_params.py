@@ -27,7 +27,7 @@ import tvm
 from tvm import relax, tirx
 
 from ..registry import data_dependence
-from .placement import (ALLOC_TENSOR, HOST, SMALL_ELEMENTS, _bindings, is_small_tensor, is_tensor_const, key,
+from .placement import (ALLOC_TENSOR, HOST, SMALL_ELEMENTS, all_bindings, is_small_tensor, is_tensor_const, key,
                         place)
 from .shape_calls import SHAPE_FUNC, TO_HOST, VIEW
 
@@ -92,24 +92,15 @@ def _all_uses_on_host(func: relax.Function, index: int, gv: relax.GlobalVar, pla
     names = {key(func.params[index])}
     computes_shapes = False
     allocated: set[int] = set()
-    results = []
-
-    def collect_results(expr):
-        if isinstance(expr, relax.SeqExpr):
-            results.append(expr.body)
-            for block in expr.blocks:
-                for binding in block.bindings:
-                    if isinstance(binding.value, relax.If):
-                        collect_results(binding.value.true_branch)
-                        collect_results(binding.value.false_branch)
-
-    collect_results(func.body)
-    for binding in _bindings(func.body):
+    results = [func.body.body]  # the function's result and its If branches' (below)
+    for binding in all_bindings(func.body):
         value = binding.value
         if isinstance(value, relax.Call) and getattr(value.op, "name", None) == ALLOC_TENSOR:
             allocated.add(key(binding.var))
             continue
-        # An If's branches are bindings of their own (``_bindings``): only its condition is read here.
+        if isinstance(value, relax.If):
+            results += [value.true_branch.body, value.false_branch.body]
+        # An If's branches are bindings of their own (``all_bindings``): only its condition is read here.
         read = relax.analysis.free_vars(value.cond if isinstance(value, relax.If) else value)
         used = [v for v in read if key(v) in names]
         if not used:

@@ -74,7 +74,7 @@ class Placement:
     kernel_slot: dict[int, str] = field(default_factory=dict)
 
 
-def _bindings(expr: relax.Expr):
+def all_bindings(expr: relax.Expr):
     """Every binding of a function body, including those inside If branches,
     in order."""
     if isinstance(expr, relax.SeqExpr):
@@ -83,8 +83,8 @@ def _bindings(expr: relax.Expr):
                 yield binding
                 value = binding.value
                 if isinstance(value, relax.If):
-                    yield from _bindings(value.true_branch)
-                    yield from _bindings(value.false_branch)
+                    yield from all_bindings(value.true_branch)
+                    yield from all_bindings(value.false_branch)
 
 
 def place(func: relax.Function, mod: tvm.IRModule, all_host: bool,
@@ -105,7 +105,7 @@ def place(func: relax.Function, mod: tvm.IRModule, all_host: bool,
             host_build[callee.name_hint] = host_form(mod[callee]) is not None
         return host_build[callee.name_hint]
 
-    for binding in _bindings(func.body):
+    for binding in all_bindings(func.body):
         var, value = binding.var, binding.value
         if is_tensor_const(value):
             constants.add(key(var))

@@ -21,7 +21,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 
 from ..errors import InvalidOnnxModel, UnsupportedOnnxOp
-from . import onnx_converters
+from . import onnx_converters, onnx_layers  # noqa: F401  (onnx_layers registers its converters)
 from .onnx_loop import convert_loop
 
 # How TVM's importer keeps shape values: ``Shape`` outputs as shapes
