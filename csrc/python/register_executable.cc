@@ -4,6 +4,7 @@
 #include "common.h"
 #include "shapefn/executable.h"
 #include "shapefn/tensor.h"
+#include "vm/isa.h"
 
 namespace shapefn::python {
 
@@ -15,10 +16,10 @@ std::shared_ptr<Executable> FromParts(const py::list& functions, const py::list&
                                       const std::vector<std::string>& kernels,
                                       const std::vector<std::string>& shape_funcs,
                                       const std::string& kernel_library) {
-  auto exe = std::make_shared<Executable>();
-  exe->kernels = kernels;
-  exe->shape_funcs = shape_funcs;
-  exe->kernel_library = kernel_library;
+  ExecutableParts parts;
+  parts.kernels = kernels;
+  parts.shape_funcs = shape_funcs;
+  parts.kernel_library = kernel_library;
   for (py::handle c : constants) {
     py::dict d = c.cast<py::dict>();
     ConstantDef def;
@@ -27,7 +28,7 @@ std::shared_ptr<Executable> FromParts(const py::list& functions, const py::list&
     def.device_slot = d["device"].cast<int>();
     std::string bytes = d["data"].cast<std::string>();
     def.bytes.assign(bytes.begin(), bytes.end());
-    exe->constants.push_back(std::move(def));
+    parts.constants.push_back(std::move(def));
   }
   for (py::handle f : functions) {
     py::dict d = f.cast<py::dict>();
@@ -45,10 +46,9 @@ std::shared_ptr<Executable> FromParts(const py::list& functions, const py::list&
       spec.device_slot = pd["device"].cast<int>();
       def.params.push_back(std::move(spec));
     }
-    exe->functions.push_back(std::move(def));
+    parts.functions.push_back(std::move(def));
   }
-  exe->Verify();
-  return exe;
+  return std::make_shared<Executable>(std::move(parts));
 }
 
 }  // namespace
@@ -58,7 +58,21 @@ void RegisterExecutable(py::module_& m) {
     py::list out;
     for (int i = 0; i < kNumOpcodes; ++i) {
       const OpInfo& info = GetOpInfo(static_cast<Opcode>(i));
-      out.append(py::make_tuple(info.mnemonic, info.operands));
+      out.append(py::make_tuple(info.mnemonic, info.layout));
+    }
+    return out;
+  });
+  // Per instruction: (mnemonic, [(operand name, kind letter, "read" | "write")]).
+  m.def("isa_operands", [] {
+    py::list out;
+    for (int i = 0; i < kNumOpcodes; ++i) {
+      const OpInfo& info = GetOpInfo(static_cast<Opcode>(i));
+      py::list operands;
+      for (int k = 0; k < info.num_operands; ++k) {
+        const OperandSpec& spec = info.operands[k];
+        operands.append(py::make_tuple(spec.name, std::string(1, static_cast<char>(spec.kind)), RoleName(spec.role)));
+      }
+      out.append(py::make_tuple(info.mnemonic, operands));
     }
     return out;
   });
@@ -79,19 +93,19 @@ void RegisterExecutable(py::module_& m) {
              std::vector<uint8_t> v = e.Serialize();
              return py::bytes(reinterpret_cast<const char*>(v.data()), v.size());
            })
-      .def("disassemble", &Executable::Disassemble)
+      .def("disassemble", &Executable::Disassemble, py::arg("operand_names") = false)
       .def("function_index", &Executable::FunctionIndex)
       .def_property_readonly("function_names",
                              [](const Executable& e) {
                                std::vector<std::string> names;
-                               for (const auto& f : e.functions) names.push_back(f.name);
+                               for (const auto& f : e.functions()) names.push_back(f.name);
                                return names;
                              })
-      .def_property_readonly("kernels", [](const Executable& e) { return e.kernels; })
-      .def_property_readonly("shape_funcs", [](const Executable& e) { return e.shape_funcs; })
+      .def_property_readonly("kernels", [](const Executable& e) { return e.kernels(); })
+      .def_property_readonly("shape_funcs", [](const Executable& e) { return e.shape_funcs(); })
       .def_property(
-          "kernel_library", [](const Executable& e) { return e.kernel_library; },
-          [](Executable& e, const std::string& name) { e.kernel_library = name; });
+          "kernel_library", [](const Executable& e) { return e.kernel_library(); },
+          [](Executable& e, const std::string& name) { e.set_kernel_library(name); });
 }
 
 }  // namespace shapefn::python

@@ -9,6 +9,8 @@
 
 #include "shapefn/error.h"
 #include "shapefn/tensor.h"
+#include "vm/isa.h"
+#include "vm/verifier.h"
 
 namespace shapefn {
 
@@ -93,7 +95,15 @@ class Reader {
 
 }  // namespace
 
+Executable::Executable(ExecutableParts parts) : parts_(std::move(parts)) { VerifyExecutable(*this); }
+
 std::vector<uint8_t> Executable::Serialize() const {
+  const ExecutableParts& p = parts_;
+  const auto& kernel_library = p.kernel_library;
+  const auto& kernels = p.kernels;
+  const auto& shape_funcs = p.shape_funcs;
+  const auto& constants = p.constants;
+  const auto& functions = p.functions;
   Writer w;
   w.Str(kernel_library);
   w.Pod<uint32_t>(static_cast<uint32_t>(kernels.size()));
@@ -158,12 +168,12 @@ std::shared_ptr<Executable> Executable::Deserialize(const uint8_t* data, size_t 
     Fail(ErrorKind::kFormat, "executable is corrupt: checksum mismatch");
   }
   Reader r(payload, payload_size);
-  auto exe = std::make_shared<Executable>();
-  exe->kernel_library = r.Str("kernel library");
+  ExecutableParts parts;
+  parts.kernel_library = r.Str("kernel library");
   uint64_t n = r.Count("kernels", 4);
-  for (uint64_t i = 0; i < n; ++i) exe->kernels.push_back(r.Str("kernel name"));
+  for (uint64_t i = 0; i < n; ++i) parts.kernels.push_back(r.Str("kernel name"));
   n = r.Count("shape functions", 4);
-  for (uint64_t i = 0; i < n; ++i) exe->shape_funcs.push_back(r.Str("shape function name"));
+  for (uint64_t i = 0; i < n; ++i) parts.shape_funcs.push_back(r.Str("shape function name"));
   n = r.Count("constants", 20);
   for (uint64_t i = 0; i < n; ++i) {
     ConstantDef c;
@@ -173,7 +183,7 @@ std::shared_ptr<Executable> Executable::Deserialize(const uint8_t* data, size_t 
     for (uint64_t d = 0; d < ndim; ++d) c.shape.push_back(r.Pod<int64_t>("constant shape"));
     uint64_t nbytes = r.Pod<uint64_t>("constant size");
     r.Bytes(&c.bytes, nbytes, "constant data");
-    exe->constants.push_back(std::move(c));
+    parts.constants.push_back(std::move(c));
   }
   n = r.Count("functions", 24);
   for (uint64_t i = 0; i < n; ++i) {
@@ -195,11 +205,10 @@ std::shared_ptr<Executable> Executable::Deserialize(const uint8_t* data, size_t 
     uint64_t nc = r.Count("code", 8);
     f.code.reserve(nc);
     for (uint64_t w = 0; w < nc; ++w) f.code.push_back(r.Pod<int64_t>("code"));
-    exe->functions.push_back(std::move(f));
+    parts.functions.push_back(std::move(f));
   }
   if (!r.done()) Fail(ErrorKind::kFormat, "executable has trailing bytes after its tables");
-  exe->Verify();
-  return exe;
+  return std::make_shared<Executable>(std::move(parts));
 }
 
 void Executable::Save(const std::string& path) const {
@@ -224,16 +233,16 @@ std::shared_ptr<Executable> Executable::Load(const std::string& path) {
 }
 
 int Executable::FunctionIndex(const std::string& name) const {
-  for (size_t i = 0; i < functions.size(); ++i) {
-    if (functions[i].name == name) return static_cast<int>(i);
+  for (size_t i = 0; i < functions().size(); ++i) {
+    if (functions()[i].name == name) return static_cast<int>(i);
   }
   Fail(ErrorKind::kKey, "executable has no function '" + name + "'");
 }
 
-std::string Executable::Disassemble() const {
+std::string Executable::Disassemble(bool operand_names) const {
   std::ostringstream os;
-  for (size_t i = 0; i < functions.size(); ++i) {
-    const FunctionDef& f = functions[i];
+  for (size_t i = 0; i < functions().size(); ++i) {
+    const FunctionDef& f = functions()[i];
     os << "func#" << i << " " << f.name << "(";
     for (size_t p = 0; p < f.params.size(); ++p) {
       os << (p ? ", " : "") << f.params[p].name << ": " << DTypeToString(f.params[p].dtype) << "[";
@@ -243,7 +252,7 @@ std::string Executable::Disassemble() const {
       }
       os << "]" << (f.params[p].device_slot == kHostSlot ? "@host" : f.params[p].device_slot == kAnySlot ? "@any" : "");
     }
-    os << ") registers=" << f.num_registers << "\n" << shapefn::Disassemble(f.decoded);
+    os << ") registers=" << f.num_registers << "\n" << shapefn::Disassemble(Decode(f.code), operand_names);
   }
   return os.str();
 }

@@ -1,4 +1,4 @@
-#include "shapefn/idle_tensors.h"
+#include "vm/idle_tensors.h"
 
 #include <algorithm>
 

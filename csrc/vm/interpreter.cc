@@ -1,5 +1,6 @@
 // The dispatch loop and the handlers of the instructions that do real work.
-// Operand indices were proven in range by Executable::Verify.
+// Operands are read by name (isa.def); their indices were proven in range
+// when the executable was verified and linked (verifier.cc).
 #include <tvm/ffi/any.h>
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/tensor.h>
@@ -9,7 +10,7 @@
 #include <new>
 
 #include "shapefn/error.h"
-#include "shapefn/vm.h"
+#include "vm/vm_impl.h"
 
 namespace shapefn {
 
@@ -148,41 +149,58 @@ tvm::ffi::Tensor LendTensor(const TensorRef& t) {
 
 // Where a kernel ran, for the profiler: the device of its first tensor
 // argument that is not on the host.
-const Device& KernelDevice(const std::vector<Value>& regs, const int64_t* args, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const Value& v = regs[args[i]];
+const Device& KernelDevice(const std::vector<Value>& regs, OperandList args) {
+  for (int64_t r : args) {
+    const Value& v = regs[r];
     if (v.kind == Value::Kind::kTensor && !v.tensor->device()->is_host()) return *v.tensor->device();
   }
   return *HostDevice();
 }
 
+// The arithmetic instructions share one handler, reading them as `add`.
+static_assert(ops::SameOperands(ops::kAddOperands, ops::kSubOperands) &&
+              ops::SameOperands(ops::kAddOperands, ops::kMulOperands) &&
+              ops::SameOperands(ops::kAddOperands, ops::kFloorDivOperands) &&
+              ops::SameOperands(ops::kAddOperands, ops::kFloorModOperands) &&
+              ops::SameOperands(ops::kAddOperands, ops::kMinOperands) &&
+              ops::SameOperands(ops::kAddOperands, ops::kMaxOperands) &&
+              ops::SameOperands(ops::kAddOperands, ops::kLtOperands) &&
+              ops::SameOperands(ops::kAddOperands, ops::kEqOperands));
+
 }  // namespace
 
-Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int depth) {
+Value VirtualMachine::Impl::Run(int function_index, std::vector<Value>& regs, int depth) {
   if (depth > options_.max_call_depth) {
     Fail(ErrorKind::kRuntime, "call depth exceeds " + std::to_string(options_.max_call_depth));
   }
-  const FunctionDef& fn = exe_->functions[static_cast<size_t>(function_index)];
-  const Instruction* code = fn.decoded.data();
+  const Instruction* code = code_[static_cast<size_t>(function_index)].data();
   size_t pc = 0;
   while (true) {
     const Instruction& ins = code[pc];
     counters_.instructions += 1;
     switch (ins.op) {
-      case Opcode::kMove:
-        regs[ins.op_at(0)] = regs[ins.op_at(1)];
+      case Opcode::kMove: {
+        ops::Move op(ins);
+        regs[op.dst()] = regs[op.src()];
         break;
-      case Opcode::kLoadInt:
-        regs[ins.op_at(0)] = Value::Int(ins.op_at(1));
+      }
+      case Opcode::kLoadInt: {
+        ops::LoadInt op(ins);
+        regs[op.dst()] = Value::Int(op.value());
         break;
-      case Opcode::kLoadConst:
-        regs[ins.op_at(0)] = constants_[static_cast<size_t>(ins.op_at(1))];
+      }
+      case Opcode::kLoadConst: {
+        ops::LoadConst op(ins);
+        regs[op.dst()] = constants_[static_cast<size_t>(op.constant())];
         break;
-      case Opcode::kLoadShape:
-        regs[ins.op_at(0)] = Value::Shape(ShapeVec(ins.list(0), ins.list(0) + ins.list_size(0)));
+      }
+      case Opcode::kLoadShape: {
+        ops::LoadShape op(ins);
+        regs[op.dst()] = Value::Shape(ShapeVec(op.dims().begin(), op.dims().end()));
         break;
+      }
       case Opcode::kKill: {
-        Value& v = regs[ins.op_at(0)];
+        Value& v = regs[ops::Kill(ins).reg()];
         if (v.kind == Value::Kind::kTensor) {
           idle_.Keep(v.tensor);  // the next allocation of its size reuses it
           v.tensor.reset();
@@ -193,24 +211,26 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
         break;
       }
       case Opcode::kAllocStorage: {
-        int64_t nbytes = IntOf(ins, regs[ins.op_at(2)]);
+        ops::AllocStorage op(ins);
+        int64_t nbytes = IntOf(ins, regs[op.nbytes()]);
         if (nbytes < 0) Fail(ErrorKind::kValue, "alloc_storage of negative size " + std::to_string(nbytes));
-        regs[ins.op_at(0)] = Value::Tensor(
-            Allocate(static_cast<int>(ins.op_at(1)), ShapeVec{nbytes}, DLDataType{kDLUInt, 8, 1}, "alloc_storage"));
+        regs[op.dst()] = Value::Tensor(
+            Allocate(static_cast<int>(op.device()), ShapeVec{nbytes}, DLDataType{kDLUInt, 8, 1}, "alloc_storage"));
         break;
       }
       case Opcode::kAllocTensor: {
-        const ShapeVec& shape = ShapeOf(ins, regs[ins.op_at(2)]);
-        SetTensor(regs[ins.op_at(0)],
-                  Allocate(static_cast<int>(ins.op_at(1)), shape, DecodeDType(ins.op_at(3)), "alloc_tensor"));
+        ops::AllocTensor op(ins);
+        const ShapeVec& shape = ShapeOf(ins, regs[op.shape()]);
+        SetTensor(regs[op.dst()], Allocate(static_cast<int>(op.device()), shape, DecodeDType(op.dtype()), "alloc_tensor"));
         break;
       }
       case Opcode::kTensorInStorage: {
-        const TensorRef& storage = TensorOf(ins, regs[ins.op_at(1)]);
-        int64_t offset = IntOf(ins, regs[ins.op_at(2)]);
+        ops::TensorInStorage op(ins);
+        const TensorRef& storage = TensorOf(ins, regs[op.storage()]);
+        int64_t offset = IntOf(ins, regs[op.offset()]);
         auto t = std::make_shared<TensorObj>();
-        t->shape = ShapeOf(ins, regs[ins.op_at(3)]);
-        t->dtype = DecodeDType(ins.op_at(4));
+        t->shape = ShapeOf(ins, regs[op.shape()]);
+        t->dtype = DecodeDType(op.dtype());
         size_t need = CheckedNBytes(t->shape, t->dtype);
         if (offset < 0 || static_cast<size_t>(offset) > storage->nbytes() ||
             need > storage->nbytes() - static_cast<size_t>(offset)) {
@@ -226,17 +246,18 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
                                       storage->device()->name() + "', which places tensors at multiples of " +
                                       std::to_string(alignment) + " bytes");
         }
-        regs[ins.op_at(0)] = Value::Tensor(std::move(t));
+        regs[op.dst()] = Value::Tensor(std::move(t));
         break;
       }
       case Opcode::kView: {
-        const TensorRef& src = TensorOf(ins, regs[ins.op_at(1)]);
+        ops::View op(ins);
+        const TensorRef& src = TensorOf(ins, regs[op.tensor()]);
         auto t = std::make_shared<TensorObj>(*src);
-        t->shape = ShapeOf(ins, regs[ins.op_at(2)]);
+        t->shape = ShapeOf(ins, regs[op.shape()]);
         if (CheckedNBytes(t->shape, t->dtype) > src->nbytes()) {
           Fail(ErrorKind::kValue, "view: the new shape needs more bytes than the tensor has");
         }
-        regs[ins.op_at(0)] = Value::Tensor(std::move(t));
+        regs[op.dst()] = Value::Tensor(std::move(t));
         break;
       }
       case Opcode::kInvokeKernel:
@@ -245,40 +266,53 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
       case Opcode::kInvokeShapeFunc:
         ExecInvokeShapeFunc(ins, regs);
         break;
-      case Opcode::kCopy:
-        regs[ins.op_at(0)] = Value::Tensor(CopyTo(TensorOf(ins, regs[ins.op_at(1)]), static_cast<int>(ins.op_at(2))));
+      case Opcode::kCopy: {
+        ops::Copy op(ins);
+        regs[op.dst()] = Value::Tensor(CopyTo(TensorOf(ins, regs[op.src()]), static_cast<int>(op.device())));
         break;
+      }
       case Opcode::kReadback:
         ExecReadback(ins, regs);
         break;
-      case Opcode::kShapeOf:
-        regs[ins.op_at(0)] = Value::Shape(TensorOf(ins, regs[ins.op_at(1)])->shape);
+      case Opcode::kShapeOf: {
+        ops::ShapeOf op(ins);
+        regs[op.dst()] = Value::Shape(TensorOf(ins, regs[op.tensor()])->shape);
         break;
-      case Opcode::kShapeGet:
-        regs[ins.op_at(0)] = Value::Int(DimAt(ins, ShapeOf(ins, regs[ins.op_at(1)]), ins.op_at(2)));
+      }
+      case Opcode::kShapeGet: {
+        ops::ShapeGet op(ins);
+        regs[op.dst()] = Value::Int(DimAt(ins, ShapeOf(ins, regs[op.shape()]), op.index()));
         break;
+      }
       case Opcode::kShapeMake: {
-        ShapeVec s(static_cast<size_t>(ins.list_size(0)));
-        for (size_t i = 0; i < s.size(); ++i) s[i] = IntOf(ins, regs[ins.list(0)[i]]);
-        regs[ins.op_at(0)] = Value::Shape(std::move(s));
+        ops::ShapeMake op(ins);
+        const OperandList dims = op.dims();
+        ShapeVec s(static_cast<size_t>(dims.size));
+        for (size_t i = 0; i < s.size(); ++i) s[i] = IntOf(ins, regs[dims[i]]);
+        regs[op.dst()] = Value::Shape(std::move(s));
         break;
       }
       case Opcode::kShapeBuild: {
-        ShapeVec s(static_cast<size_t>(ins.list_size(0)));
-        const int64_t* pattern = ins.list(0);
+        ops::ShapeBuild op(ins);
+        const OperandList pattern = op.pattern();
+        const OperandList dims = op.dims();
+        ShapeVec s(static_cast<size_t>(pattern.size));
         for (size_t i = 0; i < s.size(); ++i) {
-          s[i] = pattern[i] >= 0 ? pattern[i] : IntOf(ins, regs[ins.list(1)[-1 - pattern[i]]]);
+          s[i] = pattern[i] >= 0 ? pattern[i] : IntOf(ins, regs[dims[-1 - pattern[i]]]);
         }
-        regs[ins.op_at(0)] = Value::Shape(std::move(s));
+        regs[op.dst()] = Value::Shape(std::move(s));
         break;
       }
-      case Opcode::kTensorDim:
-        regs[ins.op_at(0)] = Value::Int(DimAt(ins, TensorOf(ins, regs[ins.op_at(1)])->shape, ins.op_at(2)));
+      case Opcode::kTensorDim: {
+        ops::TensorDim op(ins);
+        regs[op.dst()] = Value::Int(DimAt(ins, TensorOf(ins, regs[op.tensor()])->shape, op.axis()));
         break;
+      }
       case Opcode::kShapeNumel: {
+        ops::ShapeNumel op(ins);
         int64_t n = 1;
-        for (int64_t d : ShapeOf(ins, regs[ins.op_at(1)])) n = CheckedArith(Opcode::kMul, n, d);
-        regs[ins.op_at(0)] = Value::Int(n);
+        for (int64_t d : ShapeOf(ins, regs[op.shape()])) n = CheckedArith(Opcode::kMul, n, d);
+        regs[op.dst()] = Value::Int(n);
         break;
       }
       case Opcode::kAdd:
@@ -289,28 +323,33 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
       case Opcode::kMin:
       case Opcode::kMax:
       case Opcode::kLt:
-      case Opcode::kEq:
-        regs[ins.op_at(0)] = Value::Int(
-            CheckedArith(ins.op, IntOf(ins, regs[ins.op_at(1)]), IntOf(ins, regs[ins.op_at(2)])));
+      case Opcode::kEq: {
+        ops::Add op(ins);
+        regs[op.dst()] = Value::Int(CheckedArith(ins.op, IntOf(ins, regs[op.lhs()]), IntOf(ins, regs[op.rhs()])));
         break;
+      }
       case Opcode::kMakeTuple: {
-        std::vector<Value> fields(static_cast<size_t>(ins.list_size(0)));
-        for (size_t i = 0; i < fields.size(); ++i) fields[i] = regs[ins.list(0)[i]];
-        regs[ins.op_at(0)] = Value::Tuple(std::move(fields));
+        ops::MakeTuple op(ins);
+        const OperandList src = op.fields();
+        std::vector<Value> fields(static_cast<size_t>(src.size));
+        for (size_t i = 0; i < fields.size(); ++i) fields[i] = regs[src[i]];
+        regs[op.dst()] = Value::Tuple(std::move(fields));
         break;
       }
       case Opcode::kGetItem: {
-        const Value& t = regs[ins.op_at(1)];
+        ops::GetItem op(ins);
+        const Value& t = regs[op.tuple()];
         if (t.kind != Value::Kind::kTuple) KindError(ins, "a tuple", t);
-        size_t i = static_cast<size_t>(ins.op_at(2));
+        size_t i = static_cast<size_t>(op.index());
         if (i >= t.tuple->size()) Fail(ErrorKind::kIndex, "get_item: index " + std::to_string(i) + " out of range for a tuple of " + std::to_string(t.tuple->size()));
         Value field = (*t.tuple)[i];
-        regs[ins.op_at(0)] = std::move(field);
+        regs[op.dst()] = std::move(field);
         break;
       }
       case Opcode::kCall: {
-        int callee = static_cast<int>(ins.op_at(1));
-        const FunctionDef& target = exe_->functions[static_cast<size_t>(callee)];
+        ops::Call op(ins);
+        int callee = static_cast<int>(op.function());
+        const FunctionDef& target = exe_->functions()[static_cast<size_t>(callee)];
         // Checked before the frame is allocated: max_call_depth frames of up
         // to 2^20 registers each would exhaust memory first.
         if (target.num_registers > kMaxCallStackRegisters - call_stack_registers_) {
@@ -319,26 +358,29 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
         }
         FrameRegisters held(call_stack_registers_, target.num_registers);
         std::vector<Value> frame(static_cast<size_t>(target.num_registers));
-        for (int64_t i = 0; i < ins.list_size(0); ++i) frame[static_cast<size_t>(i)] = regs[ins.list(0)[i]];
-        regs[ins.op_at(0)] = Run(callee, frame, depth + 1);
+        const OperandList args = op.args();
+        for (int64_t i = 0; i < args.size; ++i) frame[static_cast<size_t>(i)] = regs[args[i]];
+        regs[op.dst()] = Run(callee, frame, depth + 1);
         break;
       }
-      case Opcode::kIf:
-        if (IntOf(ins, regs[ins.op_at(0)]) == 0) {
-          size_t target = static_cast<size_t>(ins.op_at(1));
+      case Opcode::kIf: {
+        ops::If op(ins);
+        if (IntOf(ins, regs[op.cond()]) == 0) {
+          size_t target = static_cast<size_t>(op.target());
           if (target <= pc) OnBackwardJump();
           pc = target;
           continue;
         }
         break;
+      }
       case Opcode::kGoto: {
-        size_t target = static_cast<size_t>(ins.op_at(0));
+        size_t target = static_cast<size_t>(ops::Goto(ins).target());
         if (target <= pc) OnBackwardJump();
         pc = target;
         continue;
       }
       case Opcode::kRet:
-        return std::move(regs[ins.op_at(0)]);
+        return std::move(regs[ops::Ret(ins).value()]);
       case Opcode::kCount:
         break;
     }
@@ -346,7 +388,7 @@ Value VirtualMachine::Run(int function_index, std::vector<Value>& regs, int dept
   }
 }
 
-TensorRef VirtualMachine::StageToHost(const TensorRef& src) {
+TensorRef VirtualMachine::Impl::StageToHost(const TensorRef& src) {
   TensorRef h = Allocate(kHostSlot, src->shape, src->dtype, "copy_buffer");
   size_t nbytes = src->nbytes();
   const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
@@ -358,7 +400,7 @@ TensorRef VirtualMachine::StageToHost(const TensorRef& src) {
   return h;
 }
 
-TensorRef VirtualMachine::Allocate(int slot, const ShapeVec& shape, DLDataType dtype, const char* op) {
+TensorRef VirtualMachine::Impl::Allocate(int slot, const ShapeVec& shape, DLDataType dtype, const char* op) {
   TensorRef t = __builtin_expect(profiler_ != nullptr, 0)
                     ? ProfiledTakeOrAllocate(*profiler_, op, idle_, pools_[slot], shape, dtype)
                     : TakeOrAllocate(idle_, pools_[slot], shape, dtype);
@@ -366,17 +408,18 @@ TensorRef VirtualMachine::Allocate(int slot, const ShapeVec& shape, DLDataType d
   return t;
 }
 
-void VirtualMachine::SyncWith(Device& device) {
+void VirtualMachine::Impl::SyncWith(Device& device) {
   const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
   device.Sync();
   counters_.syncs += 1;
   if (profiler_ != nullptr) profiler_->Sync(device, start);
 }
 
-void VirtualMachine::ExecInvokeKernel(const Instruction& ins, std::vector<Value>& regs) {
-  size_t k = static_cast<size_t>(ins.op_at(0));
-  const int64_t n = ins.list_size(0);
-  const int64_t* args = ins.list(0);
+void VirtualMachine::Impl::ExecInvokeKernel(const Instruction& ins, std::vector<Value>& regs) {
+  ops::InvokeKernel op(ins);
+  const size_t k = static_cast<size_t>(op.kernel());
+  const OperandList args = op.args();
+  const int64_t n = args.size;
   // Sized up front: the AnyViews below point into it.
   if (scratch_tensors_.size() < static_cast<size_t>(n)) scratch_tensors_.resize(static_cast<size_t>(n));
   DLTensor* next_tensor = scratch_tensors_.data();
@@ -403,7 +446,7 @@ void VirtualMachine::ExecInvokeKernel(const Instruction& ins, std::vector<Value>
         for (int64_t d : v.shape) scratch_args_.emplace_back(d);
         break;
       default:
-        Fail(ErrorKind::kType, "kernel '" + exe_->kernels[k] + "' argument " + std::to_string(i) +
+        Fail(ErrorKind::kType, "kernel '" + exe_->kernels()[k] + "' argument " + std::to_string(i) +
                                    " is " + KindName(v.kind) + "; kernels take tensors, ints and shapes");
     }
   }
@@ -413,22 +456,23 @@ void VirtualMachine::ExecInvokeKernel(const Instruction& ins, std::vector<Value>
     ~ReleaseLent() { objects.clear(); }
   } release{scratch_objects_};
   if (__builtin_expect(profiler_ != nullptr, 0)) {
-    ProfiledCallKernel(*profiler_, kernels_[k], scratch_args_, exe_->kernels[k], KernelDevice(regs, args, n));
+    ProfiledCallKernel(*profiler_, kernels_[k], scratch_args_, exe_->kernels()[k], KernelDevice(regs, args));
   } else {
-    CallKernel(kernels_[k], scratch_args_, exe_->kernels[k]);
+    CallKernel(kernels_[k], scratch_args_, exe_->kernels()[k]);
   }
   counters_.kernel_calls += 1;
 }
 
-void VirtualMachine::ExecReadback(const Instruction& ins, std::vector<Value>& regs) {
-  const int64_t n = ins.list_size(0);
+void VirtualMachine::Impl::ExecReadback(const Instruction& ins, std::vector<Value>& regs) {
+  ops::Readback op(ins);
+  const OperandList dsts = op.dsts(), srcs = op.srcs(), forms = op.forms();
+  const int64_t n = dsts.size;
   const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
   int64_t bytes = 0;
   std::vector<TensorRef> host(static_cast<size_t>(n));
   Device* wait_on = nullptr;
-  const int64_t* forms = ins.list(2);
   for (int64_t i = 0; i < n; ++i) {
-    const TensorRef& src = TensorOf(ins, regs[ins.list(1)[i]]);
+    const TensorRef& src = TensorOf(ins, regs[srcs[i]]);
     if (forms[i] == kReadValues && src->dtype.code != kDLInt && src->dtype.code != kDLUInt &&
         src->dtype.code != kDLBool) {
       Fail(ErrorKind::kType, "readback reads integer or bool tensors, got " + DTypeToString(src->dtype));
@@ -445,17 +489,17 @@ void VirtualMachine::ExecReadback(const Instruction& ins, std::vector<Value>& re
   if (wait_on != nullptr) SyncWith(*wait_on);
   for (int64_t i = 0; i < n; ++i) {
     if (forms[i] == kReadTensor) {
-      regs[ins.list(0)[i]] = Value::Tensor(std::move(host[static_cast<size_t>(i)]));
+      regs[dsts[i]] = Value::Tensor(std::move(host[static_cast<size_t>(i)]));
       continue;
     }
     const TensorObj& t = *host[static_cast<size_t>(i)];
     DLTensor view = t.AsHostDLTensor();
     if (t.shape.empty()) {
-      regs[ins.list(0)[i]] = Value::Int(ValueAsInt64(view, 0));
+      regs[dsts[i]] = Value::Int(ValueAsInt64(view, 0));
     } else {
       ShapeVec s(static_cast<size_t>(t.numel()));
       for (size_t j = 0; j < s.size(); ++j) s[j] = ValueAsInt64(view, static_cast<int64_t>(j));
-      regs[ins.list(0)[i]] = Value::Shape(std::move(s));
+      regs[dsts[i]] = Value::Shape(std::move(s));
     }
   }
   if (profiler_ != nullptr) profiler_->Readback(bytes, start);

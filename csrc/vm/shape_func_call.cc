@@ -1,7 +1,8 @@
 // invoke_shape_func: a shape function's inputs handed over as it declares
 // them (shapes as metadata, values through the smallest copy), native or
 // TVM-compiled, and its results checked before they become registers.
-// Operand indices were proven in range by Executable::Verify.
+// Operand indices were proven in range when the executable was verified
+// and linked (verifier.cc).
 #include <tvm/ffi/any.h>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/error.h>
@@ -10,7 +11,7 @@
 #include <string>
 
 #include "shapefn/error.h"
-#include "shapefn/vm.h"
+#include "vm/vm_impl.h"
 
 namespace shapefn {
 namespace {
@@ -21,16 +22,16 @@ alignas(64) int64_t kNeverRead[8] = {0};
 
 }  // namespace
 
-void VirtualMachine::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Value>& regs) {
+void VirtualMachine::Impl::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Value>& regs) {
   // This runs once per dynamic op: the common case (shapes of tensors in,
   // a native function, well-formed shapes out) stays on a short straight
   // path, and everything else is out of line.
-  const size_t sf = static_cast<size_t>(ins.op_at(0));
+  ops::InvokeShapeFunc op(ins);
+  const size_t sf = static_cast<size_t>(op.shape_func());
   const ShapeFuncPlan& plan = shape_func_plans_[sf];
-  const int n_in = static_cast<int>(ins.list_size(0));
-  const int64_t* in = ins.list(0);
-  const int n_out = static_cast<int>(ins.list_size(1));
-  const int64_t* out = ins.list(1);
+  const OperandList in = op.inputs(), out = op.outputs();
+  const int n_in = static_cast<int>(in.size);
+  const int n_out = static_cast<int>(out.size);
 
   // Scratch reused from call to call (sized before pointers into it are taken).
   ShapeFuncScratch& scratch = shape_func_scratch_;
@@ -54,11 +55,12 @@ void VirtualMachine::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Val
   std::vector<ShapeVec>& results = scratch.results;
   if (results.size() < static_cast<size_t>(n_out)) results.resize(static_cast<size_t>(n_out));
   for (int j = 0; j < n_out; ++j) results[static_cast<size_t>(j)].clear();
+  const ShapeFuncAttrs attrs{op.attrs().data, static_cast<int>(op.attrs().size)};
   if (plan.native != nullptr && profiler_ == nullptr && !guard_host_shape_work_) {
-    // n_out == entry.num_outputs: checked at load.
-    plan.native(inputs, n_in, ShapeFuncAttrs{ins.list(2), static_cast<int>(ins.list_size(2))}, results.data());
+    // n_out == entry.num_outputs: checked when the VM linked the executable.
+    plan.native(inputs, n_in, attrs, results.data());
   } else if (plan.native != nullptr) {
-    CallNativeShapeFunc(plan, ins, n_in, results.data());
+    CallNativeShapeFunc(plan, attrs, n_in, results.data());
   } else {
     CallCompiledShapeFunc(sf, n_in, n_out, results.data());
   }
@@ -82,7 +84,7 @@ void VirtualMachine::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Val
   }
 }
 
-const DLTensor* VirtualMachine::HostValueOf(const TensorRef& tensor, size_t i, std::vector<TensorRef>* staged) {
+const DLTensor* VirtualMachine::Impl::HostValueOf(const TensorRef& tensor, size_t i, std::vector<TensorRef>* staged) {
   DLTensor& value = shape_func_scratch_.values[i];
   if (tensor->device()->is_host()) {
     value = tensor->AsHostDLTensor();
@@ -94,7 +96,7 @@ const DLTensor* VirtualMachine::HostValueOf(const TensorRef& tensor, size_t i, s
   return &value;
 }
 
-void VirtualMachine::ShapeOrIntInput(const ShapeFuncPlan& plan, const Value& v, int i) {
+void VirtualMachine::Impl::ShapeOrIntInput(const ShapeFuncPlan& plan, const Value& v, int i) {
   ShapeFuncScratch& scratch = shape_func_scratch_;
   if (v.kind != Value::Kind::kShape && v.kind != Value::Kind::kInt) {
     Fail(ErrorKind::kType, "shape function of '" + plan.entry->name + "' input " + std::to_string(i) + " is " +
@@ -111,14 +113,14 @@ void VirtualMachine::ShapeOrIntInput(const ShapeFuncPlan& plan, const Value& v, 
   scratch.inputs[static_cast<size_t>(i)] = ShapeFuncInput{length, ndim, value.dtype, &value};
 }
 
-void VirtualMachine::CallNativeShapeFunc(const ShapeFuncPlan& plan, const Instruction& ins, int n_in,
+void VirtualMachine::Impl::CallNativeShapeFunc(const ShapeFuncPlan& plan, const ShapeFuncAttrs& attrs, int n_in,
                                          ShapeVec* results) {
   Device& device = *devices_[kExecutionSlot];
   const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
   device.BeginHostShapeWork();
   try {
     plan.native(shape_func_scratch_.inputs.data(), n_in,
-                ShapeFuncAttrs{ins.list(2), static_cast<int>(ins.list_size(2))}, results);
+                attrs, results);
   } catch (...) {
     device.EndHostShapeWork();
     throw;
@@ -127,7 +129,7 @@ void VirtualMachine::CallNativeShapeFunc(const ShapeFuncPlan& plan, const Instru
   if (profiler_ != nullptr) profiler_->ShapeFunc(plan.entry->name, true, start);
 }
 
-void VirtualMachine::FailShapeFuncResult(const ShapeFuncEntry& entry, int j, const ShapeVec& shape) {
+void VirtualMachine::Impl::FailShapeFuncResult(const ShapeFuncEntry& entry, int j, const ShapeVec& shape) {
   std::string text;
   for (int64_t d : shape) text += (text.empty() ? "" : ", ") + std::to_string(d);
   for (int64_t d : shape) {
@@ -140,7 +142,7 @@ void VirtualMachine::FailShapeFuncResult(const ShapeFuncEntry& entry, int j, con
                               std::to_string(j) + ", whose element count overflows int64");
 }
 
-void VirtualMachine::CallCompiledShapeFunc(size_t sf, int n_in, int n_out, ShapeVec* results) {
+void VirtualMachine::Impl::CallCompiledShapeFunc(size_t sf, int n_in, int n_out, ShapeVec* results) {
   const ShapeFuncEntry& entry = *shape_funcs_[sf];
   ShapeFuncScratch& scratch = shape_func_scratch_;
   const ShapeFuncInput* inputs = scratch.inputs.data();

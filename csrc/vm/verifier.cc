@@ -1,9 +1,12 @@
-// Load-time verification: after Verify() the dispatch loop may trust every
-// index, register number, jump target and table entry it reads.
+// Verification: after it the dispatch loop may trust every index, register
+// number, jump target and table entry it reads. Operands are checked by
+// their kind in isa.def; each instruction's own rules are the check named
+// in its table entry.
+#include "vm/verifier.h"
+
 #include <set>
 
 #include "shapefn/error.h"
-#include "shapefn/executable.h"
 #include "shapefn/tensor.h"
 
 namespace shapefn {
@@ -32,6 +35,112 @@ bool ValidDType(DLDataType t) {
 [[noreturn]] void Reject(const FunctionDef& f, size_t pc, const std::string& what) {
   Fail(ErrorKind::kFormat, "invalid executable: function '" + f.name + "' instruction " +
                                std::to_string(pc) + ": " + what);
+}
+
+// What an instruction's check sees. `shape_funcs` is null at load and the
+// VM's resolved entries when it links the executable.
+struct InstructionCheck {
+  const Executable& exe;
+  const FunctionDef& function;
+  size_t pc;
+  const Instruction& ins;
+  const std::vector<ShapeFuncEntryPtr>* shape_funcs;
+
+  [[noreturn]] void Reject(const std::string& what) const { shapefn::Reject(function, pc, what); }
+};
+using CheckFn = void (*)(const InstructionCheck&);
+constexpr CheckFn NoCheck = nullptr;
+
+void CheckInvokeShapeFunc(const InstructionCheck& c) {
+  if (c.shape_funcs == nullptr) return;
+  ops::InvokeShapeFunc ins(c.ins);
+  const ShapeFuncEntry& entry = *(*c.shape_funcs)[static_cast<size_t>(ins.shape_func())];
+  if (entry.arity >= 0 && ins.inputs().size != entry.arity) {
+    Fail(ErrorKind::kValue, "'" + c.function.name + "' calls the shape function of '" + entry.name + "' with " +
+                                std::to_string(ins.inputs().size) + " inputs, it takes " + std::to_string(entry.arity));
+  }
+  if (entry.native != nullptr && ins.outputs().size != entry.num_outputs) {
+    Fail(ErrorKind::kValue, "'" + c.function.name + "' expects " + std::to_string(ins.outputs().size) +
+                                " shapes from the shape function of '" + entry.name + "', it gives " +
+                                std::to_string(entry.num_outputs));
+  }
+}
+
+void CheckReadback(const InstructionCheck& c) {
+  ops::Readback ins(c.ins);
+  if (ins.dsts().size != ins.srcs().size || ins.forms().size != ins.srcs().size) {
+    c.Reject("readback needs as many destinations and forms as sources");
+  }
+  for (int64_t form : ins.forms()) {
+    if (form != kReadValues && form != kReadTensor) {
+      c.Reject("readback form " + std::to_string(form) + " is neither 0 (values) nor 1 (tensor) (operand 'forms')");
+    }
+  }
+}
+
+void CheckShapeBuild(const InstructionCheck& c) {
+  ops::ShapeBuild ins(c.ins);
+  for (int64_t p : ins.pattern()) {
+    if (p < -ins.dims().size) c.Reject("shape_build template refers past its ints (operand 'pattern')");
+  }
+}
+
+void CheckGetItem(const InstructionCheck& c) {
+  if (ops::GetItem(c.ins).index() < 0) c.Reject("negative tuple index (operand 'index')");
+}
+
+// Needs every function's parameter count: the tables are read before code.
+void CheckCall(const InstructionCheck& c) {
+  ops::Call ins(c.ins);
+  const FunctionDef& callee = c.exe.functions()[static_cast<size_t>(ins.function())];
+  if (ins.args().size != static_cast<int64_t>(callee.params.size())) {
+    c.Reject("call of '" + callee.name + "' passes " + std::to_string(ins.args().size) + " arguments, it takes " +
+             std::to_string(callee.params.size()));
+  }
+}
+
+constexpr CheckFn kChecks[] = {
+#define SHAPEFN_OP(name, mnemonic, check, ...) check,
+#include "vm/isa.def"
+#undef SHAPEFN_OP
+};
+
+// The checks every operand gets from its kind.
+void CheckOperands(const InstructionCheck& c, int64_t num_instructions) {
+  const OpInfo& info = GetOpInfo(c.ins.op);
+  const Executable& exe = c.exe;
+  for (int k = 0; k < info.num_operands; ++k) {
+    const OperandSpec& spec = info.operands[k];
+    const std::string operand = std::string(" (operand '") + spec.name + "')";
+    auto check_index = [&](int64_t v, size_t size, const char* table) {
+      if (v < 0 || static_cast<size_t>(v) >= size) {
+        c.Reject(std::string(info.mnemonic) + " refers to " + table + " #" + std::to_string(v) + " of " +
+                 std::to_string(size) + operand);
+      }
+    };
+    for (int64_t v : c.ins.operand(k)) {
+      switch (spec.kind) {
+        case OperandKind::kReg:
+        case OperandKind::kRegList:
+          if (v < 0 || v >= c.function.num_registers) {
+            c.Reject(std::string(info.mnemonic) + " uses register %" + std::to_string(v) + " of " +
+                     std::to_string(c.function.num_registers) + operand);
+          }
+          break;
+        case OperandKind::kDevice: check_index(v, kNumDeviceSlots, "device slot"); break;
+        case OperandKind::kDType:
+          if (!ValidDType(DecodeDType(v))) c.Reject("invalid dtype code " + std::to_string(v) + operand);
+          break;
+        case OperandKind::kKernel: check_index(v, exe.kernels().size(), "kernel"); break;
+        case OperandKind::kShapeFunc: check_index(v, exe.shape_funcs().size(), "shape function"); break;
+        case OperandKind::kConst: check_index(v, exe.constants().size(), "constant"); break;
+        case OperandKind::kFunc: check_index(v, exe.functions().size(), "function"); break;
+        case OperandKind::kTarget: check_index(v, static_cast<size_t>(num_instructions), "instruction"); break;
+        case OperandKind::kImm:
+        case OperandKind::kImmList: break;  // immediates have no range of their own
+      }
+    }
+  }
 }
 
 // Names reach Python as str, so they must be valid UTF-8.
@@ -65,7 +174,13 @@ DLDataType DecodeDType(int64_t word) {
   return t;
 }
 
-void Executable::Verify() {
+void VerifyExecutable(const Executable& exe) {
+  const auto& kernels = exe.kernels();
+  const auto& shape_funcs = exe.shape_funcs();
+  const auto& kernel_library = exe.kernel_library();
+  const auto& constants = exe.constants();
+  const auto& functions = exe.functions();
+
   std::set<std::string> names;
   for (const auto& k : kernels) CheckName(k, "kernel");
   for (const auto& s : shape_funcs) CheckName(s, "shape function");
@@ -91,7 +206,7 @@ void Executable::Verify() {
     }
     if (nbytes != c.bytes.size()) Fail(ErrorKind::kFormat, where + " has " + std::to_string(c.bytes.size()) + " bytes, its shape needs " + std::to_string(nbytes));
   }
-  for (FunctionDef& f : functions) {
+  for (const FunctionDef& f : functions) {
     CheckName(f.name, "function");
     for (const ParamSpec& p : f.params) CheckName(p.name, "parameter");
     for (const std::string& sym : f.symbols) CheckName(sym, "symbol");
@@ -115,74 +230,31 @@ void Executable::Verify() {
         Fail(ErrorKind::kFormat, where + " has an invalid device");
       }
     }
-    f.decoded = Decode(f.code);
-    const int64_t num_instructions = static_cast<int64_t>(f.decoded.size());
+    const std::vector<Instruction> code = Decode(f.code);
+    const int64_t num_instructions = static_cast<int64_t>(code.size());
     if (num_instructions == 0) Fail(ErrorKind::kFormat, "invalid executable: function '" + f.name + "' is empty");
-    Opcode last = f.decoded.back().op;
+    Opcode last = code.back().op;
     if (last != Opcode::kRet && last != Opcode::kGoto) {
       Fail(ErrorKind::kFormat, "invalid executable: function '" + f.name + "' can run past its end");
     }
-    for (size_t pc = 0; pc < f.decoded.size(); ++pc) {
-      const Instruction& ins = f.decoded[pc];
-      const OpInfo& info = GetOpInfo(ins.op);
-      int fixed = 0, list = 0;
-      auto check_reg = [&](int64_t r) {
-        if (r < 0 || r >= f.num_registers) Reject(f, pc, std::string(info.mnemonic) + " uses register %" + std::to_string(r) + " of " + std::to_string(f.num_registers));
-      };
-      auto check_index = [&](int64_t v, size_t size, const char* table) {
-        if (v < 0 || static_cast<size_t>(v) >= size) Reject(f, pc, std::string(info.mnemonic) + " refers to " + table + " #" + std::to_string(v) + " of " + std::to_string(size));
-      };
-      for (const char* k = info.operands; *k; ++k) {
-        if (*k == 'R' || *k == 'I') {
-          if (*k == 'R') {
-            for (int64_t i = 0; i < ins.list_size(list); ++i) check_reg(ins.list(list)[i]);
-          }
-          ++list;
-          continue;
-        }
-        int64_t v = ins.op_at(fixed++);
-        switch (*k) {
-          case 'r': check_reg(v); break;
-          case 'd': check_index(v, kNumDeviceSlots, "device slot"); break;
-          case 't': if (!ValidDType(DecodeDType(v))) Reject(f, pc, "invalid dtype code " + std::to_string(v)); break;
-          case 'k': check_index(v, kernels.size(), "kernel"); break;
-          case 's': check_index(v, shape_funcs.size(), "shape function"); break;
-          case 'c': check_index(v, constants.size(), "constant"); break;
-          case 'f': check_index(v, functions.size(), "function"); break;
-          case 'j': check_index(v, static_cast<size_t>(num_instructions), "instruction"); break;
-          default: break;
-        }
-      }
-      if (ins.op == Opcode::kGetItem && ins.op_at(2) < 0) Reject(f, pc, "negative tuple index");
-      if (ins.op == Opcode::kShapeBuild) {
-        for (int64_t i = 0; i < ins.list_size(0); ++i) {
-          if (ins.list(0)[i] < -ins.list_size(1)) Reject(f, pc, "shape_build template refers past its ints");
-        }
-      }
-      if (ins.op == Opcode::kReadback) {
-        if (ins.list_size(0) != ins.list_size(1) || ins.list_size(2) != ins.list_size(1)) {
-          Reject(f, pc, "readback needs as many destinations and forms as sources");
-        }
-        for (int64_t i = 0; i < ins.list_size(2); ++i) {
-          if (ins.list(2)[i] != kReadValues && ins.list(2)[i] != kReadTensor) {
-            Reject(f, pc, "readback form " + std::to_string(ins.list(2)[i]) + " is neither 0 (values) nor 1 (tensor)");
-          }
-        }
-      }
+    for (size_t pc = 0; pc < code.size(); ++pc) {
+      const InstructionCheck c{exe, f, pc, code[pc], nullptr};
+      CheckOperands(c, num_instructions);
+      if (CheckFn check = kChecks[static_cast<int>(code[pc].op)]) check(c);
     }
   }
-  // Call arity needs every function's parameter count, so it is checked last.
-  for (const FunctionDef& f : functions) {
-    for (size_t pc = 0; pc < f.decoded.size(); ++pc) {
-      const Instruction& ins = f.decoded[pc];
-      if (ins.op != Opcode::kCall) continue;
-      const FunctionDef& callee = functions[static_cast<size_t>(ins.op_at(1))];
-      if (ins.list_size(0) != static_cast<int64_t>(callee.params.size())) {
-        Reject(f, pc, "call of '" + callee.name + "' passes " + std::to_string(ins.list_size(0)) +
-                          " arguments, it takes " + std::to_string(callee.params.size()));
-      }
+}
+
+std::vector<std::vector<Instruction>> Link(const Executable& exe, const std::vector<ShapeFuncEntryPtr>& shape_funcs) {
+  std::vector<std::vector<Instruction>> code;
+  for (const FunctionDef& f : exe.functions()) {
+    code.push_back(Decode(f.code));
+    for (size_t pc = 0; pc < code.back().size(); ++pc) {
+      const Instruction& ins = code.back()[pc];
+      if (CheckFn check = kChecks[static_cast<int>(ins.op)]) check(InstructionCheck{exe, f, pc, ins, &shape_funcs});
     }
   }
+  return code;
 }
 
 }  // namespace shapefn

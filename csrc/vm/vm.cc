@@ -1,11 +1,11 @@
 // VirtualMachine construction, argument checking and the call entry point.
-#include "shapefn/vm.h"
-
 #include <tvm/ffi/extra/c_env_api.h>
 
 #include <algorithm>
 
 #include "shapefn/error.h"
+#include "vm/verifier.h"
+#include "vm/vm_impl.h"
 
 namespace shapefn {
 
@@ -21,11 +21,33 @@ const char* KindName(Value::Kind kind) {
 }
 
 VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, std::shared_ptr<Device> device,
-                               VMOptions options,
-                               const std::map<std::string, tvm::ffi::Function>& kernels)
-    : exe_(std::move(exe)), options_(options) {
-  if (!exe_) Fail(ErrorKind::kValue, "VirtualMachine needs an executable");
+                               VMOptions options, const std::map<std::string, tvm::ffi::Function>& kernels) {
+  if (!exe) Fail(ErrorKind::kValue, "VirtualMachine needs an executable");
   if (!device) Fail(ErrorKind::kValue, "VirtualMachine needs a device");
+  impl_ = std::make_unique<Impl>(std::move(exe), std::move(device), options, kernels);
+}
+
+VirtualMachine::~VirtualMachine() = default;
+
+Value VirtualMachine::Invoke(const std::string& function, std::vector<Value> args) {
+  return impl_->Invoke(impl_->executable().FunctionIndex(function), std::move(args), nullptr);
+}
+Value VirtualMachine::Invoke(int function_index, std::vector<Value> args) {
+  return impl_->Invoke(function_index, std::move(args), nullptr);
+}
+Value VirtualMachine::Invoke(int function_index, std::vector<Value> args, Profiler* profiler) {
+  return impl_->Invoke(function_index, std::move(args), profiler);
+}
+const Executable& VirtualMachine::executable() const { return impl_->executable(); }
+const std::shared_ptr<Device>& VirtualMachine::device(int slot) const { return impl_->device(slot); }
+Counters VirtualMachine::counters() const { return impl_->counters(); }
+void VirtualMachine::ResetCounters() { impl_->ResetCounters(); }
+const Counters& VirtualMachine::constant_counters() const { return impl_->constant_counters(); }
+size_t VirtualMachine::pool_high_water_bytes(int slot) const { return impl_->pool_high_water_bytes(slot); }
+
+VirtualMachine::Impl::Impl(std::shared_ptr<const Executable> exe, std::shared_ptr<Device> device, VMOptions options,
+                           const std::map<std::string, tvm::ffi::Function>& kernels)
+    : exe_(std::move(exe)), options_(options) {
   devices_[kHostSlot] = HostDevice();
   devices_[kExecutionSlot] = device;
   pools_[kHostSlot] = std::make_shared<MemoryPool>(devices_[kHostSlot]);
@@ -33,7 +55,7 @@ VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, std::share
   idle_.Own(pools_[kHostSlot].get());
   if (pools_[kExecutionSlot] != pools_[kHostSlot]) idle_.Own(pools_[kExecutionSlot].get());
 
-  for (const std::string& name : exe_->kernels) {
+  for (const std::string& name : exe_->kernels()) {
     auto it = kernels.find(name);
     if (it != kernels.end()) {
       kernels_.push_back(it->second);
@@ -47,7 +69,7 @@ VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, std::share
     kernels_.push_back(*global);
     kernel_takes_tensors_.push_back(true);
   }
-  for (const std::string& op : exe_->shape_funcs) {
+  for (const std::string& op : exe_->shape_funcs()) {
     shape_funcs_.push_back(ShapeFuncRegistry::Global().Lookup(op));
   }
   compiled_.resize(shape_funcs_.size());
@@ -59,26 +81,13 @@ VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, std::share
     shape_func_plans_.push_back(ShapeFuncPlan{entry.get(), entry->native, bits, all});
   }
   guard_host_shape_work_ = devices_[kExecutionSlot]->guards_host_shape_work();
-  // Arity of every shape-function call is checked once here, not per call.
-  for (const FunctionDef& f : exe_->functions) {
-    for (const Instruction& ins : f.decoded) {
-      if (ins.op != Opcode::kInvokeShapeFunc) continue;
-      const ShapeFuncEntry& entry = *shape_funcs_[static_cast<size_t>(ins.op_at(0))];
-      if (entry.arity >= 0 && ins.list_size(0) != entry.arity) {
-        Fail(ErrorKind::kValue, "'" + f.name + "' calls the shape function of '" + entry.name + "' with " +
-                                    std::to_string(ins.list_size(0)) + " inputs, it takes " + std::to_string(entry.arity));
-      }
-      if ((entry.native != nullptr) && ins.list_size(1) != entry.num_outputs) {
-        Fail(ErrorKind::kValue, "'" + f.name + "' expects " + std::to_string(ins.list_size(1)) +
-                                    " shapes from the shape function of '" + entry.name + "', it gives " +
-                                    std::to_string(entry.num_outputs));
-      }
-    }
-  }
+  // What the dispatch loop relies on about these shape functions is proven
+  // here, once, with the rest of verification.
+  code_ = Link(*exe_, shape_funcs_);
 
   // Constants go to their device once, now; what that costs is kept apart
   // from the counters of calls.
-  for (const ConstantDef& c : exe_->constants) {
+  for (const ConstantDef& c : exe_->constants()) {
     TensorRef t = AllocTensor(pools_[c.device_slot], c.shape, c.dtype);
     const auto& dev = devices_[c.device_slot];
     double seconds = dev->CopyFromHost(t->data(), c.bytes.data(), c.bytes.size());
@@ -92,33 +101,23 @@ VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, std::share
   }
 }
 
-VirtualMachine::~VirtualMachine() = default;
-
-Counters VirtualMachine::counters() const {
+Counters VirtualMachine::Impl::counters() const {
   std::lock_guard<std::mutex> lock(call_mutex_);
   return counters_;
 }
 
-void VirtualMachine::ResetCounters() {
+void VirtualMachine::Impl::ResetCounters() {
   std::lock_guard<std::mutex> lock(call_mutex_);
   counters_ = Counters();
 }
 
-size_t VirtualMachine::pool_high_water_bytes(int slot) const {
+size_t VirtualMachine::Impl::pool_high_water_bytes(int slot) const {
   if (slot < 0 || slot >= kNumDeviceSlots) Fail(ErrorKind::kIndex, "device slot out of range");
   return pools_[slot]->high_water_bytes();
 }
 
-Value VirtualMachine::Invoke(const std::string& function, std::vector<Value> args) {
-  return Invoke(exe_->FunctionIndex(function), std::move(args));
-}
-
-Value VirtualMachine::Invoke(int function_index, std::vector<Value> args) {
-  return Invoke(function_index, std::move(args), nullptr);
-}
-
-Value VirtualMachine::Invoke(int function_index, std::vector<Value> args, Profiler* profiler) {
-  if (function_index < 0 || function_index >= static_cast<int>(exe_->functions.size())) {
+Value VirtualMachine::Impl::Invoke(int function_index, std::vector<Value> args, Profiler* profiler) {
+  if (function_index < 0 || function_index >= static_cast<int>(exe_->functions().size())) {
     Fail(ErrorKind::kIndex, "function index " + std::to_string(function_index) + " out of range");
   }
   // Device first, then VM: the one lock order, so two VMs cannot deadlock.
@@ -127,7 +126,7 @@ Value VirtualMachine::Invoke(int function_index, std::vector<Value> args, Profil
     device_lock = std::unique_lock<std::recursive_mutex>(*m);
   }
   std::lock_guard<std::mutex> lock(call_mutex_);
-  const FunctionDef& fn = exe_->functions[static_cast<size_t>(function_index)];
+  const FunctionDef& fn = exe_->functions()[static_cast<size_t>(function_index)];
   // The profiler is this call's alone: cleared however the call ends.
   struct ProfilerScope {
     Profiler*& slot;
@@ -159,7 +158,7 @@ Value VirtualMachine::Invoke(int function_index, std::vector<Value> args, Profil
   return result;
 }
 
-void VirtualMachine::CheckArguments(const FunctionDef& fn, std::vector<Value>& args) {
+void VirtualMachine::Impl::CheckArguments(const FunctionDef& fn, std::vector<Value>& args) {
   if (args.size() != fn.params.size()) {
     Fail(ErrorKind::kType, "'" + fn.name + "' takes " + std::to_string(fn.params.size()) +
                                " arguments, got " + std::to_string(args.size()));
@@ -221,7 +220,7 @@ void VirtualMachine::CheckArguments(const FunctionDef& fn, std::vector<Value>& a
   }
 }
 
-void VirtualMachine::OnBackwardJump() {
+void VirtualMachine::Impl::OnBackwardJump() {
   if (options_.max_instructions > 0 &&
       counters_.instructions - call_start_instructions_ > options_.max_instructions) {
     Fail(ErrorKind::kRuntime, "the call exceeded its budget of " + std::to_string(options_.max_instructions) +
@@ -233,7 +232,7 @@ void VirtualMachine::OnBackwardJump() {
   }
 }
 
-TensorRef VirtualMachine::CopyTo(const TensorRef& src, int slot) {
+TensorRef VirtualMachine::Impl::CopyTo(const TensorRef& src, int slot) {
   const auto& target = devices_[slot];
   if (src->device() == target) return src;
   if (target->is_host()) {

@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "shapefn/isa.h"
 #include "shapefn/shape_func.h"
 
 namespace shapefn {
@@ -35,8 +34,7 @@ struct FunctionDef {
   std::vector<ParamSpec> params;
   std::vector<std::string> symbols;  // names of symbolic dimensions
   int64_t num_registers = 0;
-  std::vector<int64_t> code;
-  std::vector<Instruction> decoded;  // filled by verification
+  std::vector<int64_t> code;  // bytecode words (the instruction set: csrc/vm/isa.def)
 };
 
 struct ConstantDef {
@@ -46,26 +44,47 @@ struct ConstantDef {
   std::vector<uint8_t> bytes;
 };
 
-class Executable {
- public:
-  static constexpr uint32_t kFormatVersion = 2;
-
+// What an executable is made of, as the Python builder or a file gives it.
+struct ExecutableParts {
   std::vector<FunctionDef> functions;
   std::vector<ConstantDef> constants;
   std::vector<std::string> kernels;      // kernel names, resolved when a VM is created
   std::vector<std::string> shape_funcs;  // registry op names
   std::string kernel_library;            // file beside the executable, "" if none
+};
 
-  // Checks every table and every instruction; decodes the code. Throws
-  // Error(kFormat) naming the first problem. Must run before execution.
-  void Verify();
+// A verified executable: constructing one checks every table and every
+// instruction, so nothing unverified can reach a VM. Immutable but for the
+// name of its kernel library (checked again when a saved file is loaded).
+class Executable {
+ public:
+  static constexpr uint32_t kFormatVersion = 2;
+
+  // Throws Error(kFormat) naming the first problem.
+  explicit Executable(ExecutableParts parts);
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+  Executable(Executable&&) = default;
+  Executable& operator=(Executable&&) = default;
+
+  const std::vector<FunctionDef>& functions() const { return parts_.functions; }
+  const std::vector<ConstantDef>& constants() const { return parts_.constants; }
+  const std::vector<std::string>& kernels() const { return parts_.kernels; }
+  const std::vector<std::string>& shape_funcs() const { return parts_.shape_funcs; }
+  const std::string& kernel_library() const { return parts_.kernel_library; }
+  void set_kernel_library(std::string name) { parts_.kernel_library = std::move(name); }
+
   int FunctionIndex(const std::string& name) const;  // throws Error(kKey)
-  std::string Disassemble() const;
+  // One line per instruction; `operand_names` writes each operand as name=value.
+  std::string Disassemble(bool operand_names = false) const;
 
   std::vector<uint8_t> Serialize() const;
   static std::shared_ptr<Executable> Deserialize(const uint8_t* data, size_t size);
   void Save(const std::string& path) const;
   static std::shared_ptr<Executable> Load(const std::string& path);
+
+ private:
+  ExecutableParts parts_;
 };
 
 }  // namespace shapefn

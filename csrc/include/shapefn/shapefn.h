@@ -84,10 +84,10 @@ inline Program LoadProgram(const std::string& path) {
   Program program;
   std::shared_ptr<Executable> exe = Executable::Load(path);
   program.executable = exe;
-  if (exe->kernel_library.empty()) return program;
+  if (exe->kernel_library().empty()) return program;
 
   // Absolute: dlopen searches the library path for a name without a slash.
-  fs::path library_path = fs::absolute(fs::path(path).parent_path() / exe->kernel_library);
+  fs::path library_path = fs::absolute(fs::path(path).parent_path() / exe->kernel_library());
   if (!fs::is_regular_file(library_path, ec)) {
     Fail(ErrorKind::kValue, "kernel library '" + library_path.string() + "' of executable '" + path + "' is missing");
   }
@@ -98,7 +98,7 @@ inline Program LoadProgram(const std::string& path) {
   }
   try {
     tvm::ffi::Module library = tvm::ffi::Module::LoadFromFile(library_path.string());
-    for (const std::string& name : exe->kernels) {
+    for (const std::string& name : exe->kernels()) {
       tvm::ffi::Optional<tvm::ffi::Function> fn = library->GetFunction(name);
       if (fn.has_value()) program.kernels.emplace(name, *fn);
     }
@@ -116,7 +116,7 @@ inline Program LoadProgram(const std::string& path) {
 // the Python process that registered them.
 inline std::vector<std::string> MissingShapeFuncs(const Executable& exe) {
   std::vector<std::string> missing;
-  for (const std::string& op : exe.shape_funcs) {
+  for (const std::string& op : exe.shape_funcs()) {
     if (!ShapeFuncRegistry::Global().Contains(op)) missing.push_back(op);
   }
   return missing;
