@@ -45,9 +45,10 @@ class Executable:
     def shape_funcs(self) -> list[str]:
         return list(self._core.shape_funcs)
 
-    def as_text(self) -> str:
-        """The disassembled bytecode of every function."""
-        return self._core.disassemble()
+    def as_text(self, operand_names: bool = False) -> str:
+        """The disassembled bytecode of every function; ``operand_names``
+        writes each operand as ``name=value`` (the names of isa.def)."""
+        return self._core.disassemble(operand_names)
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes the bytecode to ``path`` and, if it has one, the kernel
