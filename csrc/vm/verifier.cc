@@ -111,11 +111,12 @@ void CheckOperands(const InstructionCheck& c, int64_t num_instructions) {
   const Executable& exe = c.exe;
   for (int k = 0; k < info.num_operands; ++k) {
     const OperandSpec& spec = info.operands[k];
-    const std::string operand = std::string(" (operand '") + spec.name + "')";
+    // Built only for an error: verification runs over every operand of a program.
+    auto operand = [&] { return std::string(" (operand '") + spec.name + "')"; };
     auto check_index = [&](int64_t v, size_t size, const char* table) {
       if (v < 0 || static_cast<size_t>(v) >= size) {
         c.Reject(std::string(info.mnemonic) + " refers to " + table + " #" + std::to_string(v) + " of " +
-                 std::to_string(size) + operand);
+                 std::to_string(size) + operand());
       }
     };
     for (int64_t v : c.ins.operand(k)) {
@@ -124,12 +125,12 @@ void CheckOperands(const InstructionCheck& c, int64_t num_instructions) {
         case OperandKind::kRegList:
           if (v < 0 || v >= c.function.num_registers) {
             c.Reject(std::string(info.mnemonic) + " uses register %" + std::to_string(v) + " of " +
-                     std::to_string(c.function.num_registers) + operand);
+                     std::to_string(c.function.num_registers) + operand());
           }
           break;
         case OperandKind::kDevice: check_index(v, kNumDeviceSlots, "device slot"); break;
         case OperandKind::kDType:
-          if (!ValidDType(DecodeDType(v))) c.Reject("invalid dtype code " + std::to_string(v) + operand);
+          if (!ValidDType(DecodeDType(v))) c.Reject("invalid dtype code " + std::to_string(v) + operand());
           break;
         case OperandKind::kKernel: check_index(v, exe.kernels().size(), "kernel"); break;
         case OperandKind::kShapeFunc: check_index(v, exe.shape_funcs().size(), "shape function"); break;
