@@ -45,8 +45,7 @@ struct OperandSpec {
   OperandRole role;
 };
 
-constexpr int kMaxOperands = 6;
-constexpr int kMaxLists = 3;
+constexpr int kMaxLists = 3;  // lists one instruction may have
 
 struct OpInfo {
   const char* mnemonic;
@@ -98,7 +97,6 @@ template <const OperandSpec* kSpecs>
 class OperandView {
  public:
   explicit OperandView(const Instruction& ins) : ins_(ins) {}
-  const Instruction& instruction() const { return ins_; }
 
  protected:
   template <int I>
@@ -121,7 +119,7 @@ class OperandView {
 #define SHAPEFN_PP_NARGS_(a, b, c, d, e, f, n, ...) n
 #define SHAPEFN_PP_NARGS(...) SHAPEFN_PP_NARGS_(__VA_ARGS__, 6, 5, 4, 3, 2, 1, 0)
 #define SHAPEFN_PP_UNPACK(...) __VA_ARGS__
-// M(index, (name, kind, role)) for each operand.
+// M(index, (name, kind, role)) for each operand (at most 6 per instruction).
 #define SHAPEFN_FOR_EACH_OPERAND(M, ...) SHAPEFN_PP_CAT(SHAPEFN_FE_, SHAPEFN_PP_NARGS(__VA_ARGS__))(M, __VA_ARGS__)
 #define SHAPEFN_FE_1(M, a) M(0, a)
 #define SHAPEFN_FE_2(M, a, b) SHAPEFN_FE_1(M, a) M(1, b)
@@ -143,12 +141,24 @@ class OperandView {
 #include "vm/isa.def"
 #undef SHAPEFN_OP
 
+template <size_t N>
+constexpr int NumLists(const OperandSpec (&specs)[N]) {
+  int n = 0;
+  for (const OperandSpec& s : specs) n += IsList(s.kind);
+  return n;
+}
+// Instruction::list_offset has room for every entry's lists.
+#define SHAPEFN_OP(name, mnemonic, check, ...) \
+  static_assert(NumLists(k##name##Operands) <= kMaxLists, #name " has more lists than Instruction holds");
+#include "vm/isa.def"
+#undef SHAPEFN_OP
+
 // ops::<Name>: an instruction's operands by name.
-#define SHAPEFN_OP(name, mnemonic, check, ...)                                \
-  class name : public OperandView<k##name##Operands> {                               \
-   public:                                                                    \
-    using OperandView::OperandView;                                                       \
-    SHAPEFN_FOR_EACH_OPERAND(SHAPEFN_OPERAND_ACCESSOR, __VA_ARGS__)           \
+#define SHAPEFN_OP(name, mnemonic, check, ...)                      \
+  class name : public OperandView<k##name##Operands> {              \
+   public:                                                          \
+    using OperandView::OperandView;                                 \
+    SHAPEFN_FOR_EACH_OPERAND(SHAPEFN_OPERAND_ACCESSOR, __VA_ARGS__) \
   };
 #include "vm/isa.def"
 #undef SHAPEFN_OP
