@@ -27,7 +27,7 @@ import shapefn
 from conftest import opencl
 from shapefn import kernels, ops
 from shapefn.compiler import count_kernels, cpu_schedule, dyn_kernels, legalize, target_schedule
-from shapefn.compiler.codegen import ModuleCodegen
+from shapefn.compiler import codegen, placement, schedule
 from shapefn.compiler.compile import lower
 from shapefn.compiler.lower_dynamic import lower_dynamic_ops
 
@@ -112,10 +112,9 @@ def host_kernels(mod, kind) -> set[str]:
     """The kernels ``shapefn.compile(mod, kind)`` invokes on the host, by
     name: codegen's placement, through the compiler's own steps."""
     target = tvm.target.Target(kind, host="llvm")
-    codegen = ModuleCodegen(lower(lower_dynamic_ops(mod, gpu=True), target), all_host=False,
-                            separate_host_kernels=True)
-    codegen.run()
-    return codegen.host_kernels
+    lowered = lower(lower_dynamic_ops(mod, gpu=True), target)
+    places = placement.place_module(lowered, placement.ON_DEVICE)
+    return codegen.generate(lowered, places, schedule.schedule_module(lowered), separate_host_kernels=True).host_kernels
 
 
 def device_module(exe, kind):

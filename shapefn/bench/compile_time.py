@@ -38,7 +38,7 @@ import tvm
 from tvm import relax, tirx
 
 from .. import config
-from ..compiler.codegen import ModuleCodegen
+from ..compiler import codegen, placement, schedule
 from ..compiler.lower_dynamic import lower_dynamic_ops
 from . import timing
 
@@ -131,28 +131,33 @@ def _compile_phases(mod: tvm.IRModule, device: str, count_calls: bool) -> dict:
     phases["relax_passes"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    codegen = ModuleCodegen(lowered, all_host=(device == "host"))
-    program = codegen.run()
+    generated = _generate(lowered, device)
     phases["codegen"] = time.perf_counter() - start
 
     start = time.perf_counter()
     target = _compile_module._target_for(device, None)
-    library, _ = _compile_module.build_kernels(lowered, codegen, target)
+    library, _ = _compile_module.build_kernels(_compile_module.schedule_kernels(lowered, generated, target), target)
     kernel_seconds = time.perf_counter() - start
 
     start = time.perf_counter()
-    exe = program.build(library=library)
+    exe = generated.program.build(library=library)
     phases["codegen"] += time.perf_counter() - start  # (verifying the bytecode)
 
     result = {"seconds": sum(phases.values()), "kernel_seconds": kernel_seconds, "phases": phases,
-              "relax_pass_seconds": passes.seconds, "kernels": len(codegen.kernels),
+              "relax_pass_seconds": passes.seconds, "kernels": len(generated.kernels),
               "instructions": exe.as_text().count("\n  ")}
     if count_calls:
         result["python_calls"] = {
             "lower_dynamic_ops": _python_calls(lower_dynamic_ops, mod),
-            "codegen": _python_calls(lambda: ModuleCodegen(lowered, all_host=(device == "host")).run()),
+            "codegen": _python_calls(lambda: _generate(lowered, device)),
         }
     return result
+
+
+def _generate(lowered: tvm.IRModule, device: str) -> codegen.GeneratedProgram:
+    """The bytecode of ``lowered``: placement, readback scheduling and code generation."""
+    places = placement.place_module(lowered, placement.policy_for(device))
+    return codegen.generate(lowered, places, schedule.schedule_module(lowered))
 
 
 def _cache_files(directory: str) -> set[str]:

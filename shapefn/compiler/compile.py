@@ -5,12 +5,8 @@ and shapefn adds what its VM needs: data-dependent ops lowered through the
 shape-function registry before legalization, placement of each tensor on
 host or device, and bytecode in place of TVM's VM code generation.
 
-The steps: lower data-dependent ops (``lower_dynamic.py``) -> TVM's Relax
-passes (``lower``) -> host parameters of loops (``host_params.py``) ->
-codegen, which places every tensor and kernel on host
-or device (``codegen.py``, ``placement.py``) -> scheduling each kernel for
-the processor it runs on (``target_schedule.py``) -> the kernel cache, which
-compiles and links them (``kernel_cache.py``).
+``compile`` is the pipeline, one pass per line; each pass is a module with
+one job and its own tests (docs/compiler.md lists them).
 """
 from __future__ import annotations
 
@@ -22,11 +18,10 @@ from tvm import relax
 
 from .. import kernel_cache
 from ..executable import Executable
-from . import host_params, target_schedule
-from .codegen import ModuleCodegen
+from . import codegen, host_params, placement, schedule, target_schedule
 from .fold_constants import fold_constant_kernels
-from .lower_dynamic import lower_dynamic_ops
 from .legalize import legalize_map
+from .lower_dynamic import lower_dynamic_ops
 
 _HOST_TARGET = "llvm"
 
@@ -101,25 +96,32 @@ def compile(mod: tvm.IRModule, device: str = "sim", *, target=None,
         raise ValueError(f"dependence must be 'per-input' or 'per-op', got {dependence!r}")
     tvm_target = _target_for(device, target)
     gpu = target_schedule.is_gpu(tvm_target)
+    policy = placement.policy_for(device)
     with gc_paused():
-        lowered = lower(lower_dynamic_ops(mod, gpu), tvm_target)
-        all_host = device == "host"
-        host = host_params.plan(lowered, all_host)
-        lowered = host_params.read_back_host_params(lowered, host)
-        codegen = ModuleCodegen(lowered, all_host=all_host, separate_host_kernels=gpu, host_params=host)
-        program = codegen.run()
-        library, library_path = build_kernels(lowered, codegen, tvm_target)
-        exe = program.build(library=library)
-    exe._library_path = library_path
-    exe.default_dependence = dependence
-    return exe
+        mod = lower_dynamic_ops(mod, gpu)                          # data-dependent ops -> shape functions
+        mod = lower(mod, tvm_target)                               # TVM's Relax passes, shapefn's legalizations
+        host = host_params.plan(mod, policy)                       # loops' tensors read only for shapes
+        mod = host_params.read_back_host_params(mod, host)
+        places = placement.place_module(mod, policy, host)         # host or device, per tensor and kernel
+        readbacks = schedule.schedule_module(mod)                  # readbacks batched, one sync per phase
+        generated = codegen.generate(mod, places, readbacks, separate_host_kernels=gpu)  # bytecode
+        scheduled = schedule_kernels(mod, generated, tvm_target)   # each kernel for its processor
+        library, library_path = build_kernels(scheduled, tvm_target)  # compiled, through the kernel cache
+        return generated.program.build(library=library, library_path=library_path, default_dependence=dependence)
 
 
-def build_kernels(lowered: tvm.IRModule, codegen: ModuleCodegen, target: tvm.target.Target):
-    """The library of the PrimFuncs the program invokes (each scheduled for
-    the processor codegen placed it on) and its file; (None, None) if none."""
-    if not codegen.kernels:
+def schedule_kernels(mod: tvm.IRModule, generated: codegen.GeneratedProgram,
+                     target: tvm.target.Target) -> target_schedule.ScheduledKernels | None:
+    """The PrimFuncs the program invokes, under the names it invokes them
+    by, scheduled for the processor codegen placed each on (None if none)."""
+    if not generated.kernels:
+        return None
+    kernels = {name: mod[func] for name, func in generated.kernels.items()}
+    return target_schedule.schedule(kernels, target, host=generated.host_kernels)
+
+
+def build_kernels(scheduled: target_schedule.ScheduledKernels | None, target: tvm.target.Target):
+    """The library of the scheduled kernels and its file; (None, None) if none."""
+    if scheduled is None:
         return None, None
-    kernels = {name: lowered[func] for name, func in codegen.kernels.items()}
-    scheduled = target_schedule.schedule(kernels, target, host=codegen.host_kernels)
     return kernel_cache.build(scheduled.module, target, scheduled.version)
