@@ -26,7 +26,10 @@ from tvm.script import tirx as T
 import shapefn
 from conftest import opencl
 from shapefn import kernels, ops
-from shapefn.compiler import count_kernels, cpu_schedule, dyn_kernels, legalize, target_schedule
+from shapefn.compiler import cpu_schedule, target_schedule
+from shapefn.compiler.kernels import concat, scatter
+from shapefn.compiler.kernels import count as count_kernels
+from shapefn.compiler.kernels import dynamic as dyn_kernels
 from shapefn.compiler import codegen, placement, schedule
 from shapefn.compiler.compile import lower
 from shapefn.compiler.lower_dynamic import lower_dynamic_ops
@@ -226,8 +229,8 @@ CPU_FORMS = {
     "unique": count_kernels.unique("float32", 1),
     "non_max_suppression": count_kernels.non_max_suppression(0),
     "topk": dyn_kernels.topk(2, 1, "float32", True, True),
-    "sequential_concat": legalize.sequential_concat(4, 2, 0, "float32"),
-    "scatter_elements": legalize.scatter_elements(2, 0, "add", "float32", "int64"),
+    "sequential_concat": concat.sequential_concat(4, 2, 0, "float32"),
+    "scatter_elements": scatter.scatter_elements(2, 0, "add", "float32", "int64"),
 }
 
 
