@@ -12,7 +12,6 @@ position is moves into the parameter registers and a jump back."""
 from __future__ import annotations
 
 import numpy as np
-import tvm
 from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R

@@ -42,7 +42,7 @@ from ..compiler import codegen, placement, schedule
 from ..compiler.lower_dynamic import lower_dynamic_ops
 from . import timing
 
-_compile_module = importlib.import_module("shapefn.compiler.compile")  # (the package re-exports the function)
+_compile_module = importlib.import_module("shapefn.compiler.compile")
 
 SIZES = (1000, 5000, 20000)
 WIDTH = 16
@@ -167,7 +167,7 @@ def _cache_files(directory: str) -> set[str]:
 def _second_compile(num_ops: int) -> dict:
     """Two ``shapefn.compile`` calls of the same model (built twice) with one
     fresh kernel cache: the second must load the kernels, not generate them."""
-    from ..compiler import compile as shapefn_compile
+    from ..compiler.compile import compile as shapefn_compile
 
     with tempfile.TemporaryDirectory() as cache:
         config.set_cache_dir(cache)
