@@ -9,7 +9,7 @@ Relax ops it handles itself (dynamic_strided_slice, reshape / full /
 broadcast_to from ``tensor_to_shape``, nonzero, unique, NMS)."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import tvm
 from tvm import relax

@@ -5,9 +5,10 @@ every import statement wherever it stands: at module level, inside a
 function (a lazy import hides a cycle, it does not remove it) or under
 ``TYPE_CHECKING``. Importing ``a.b.c`` runs ``a/b/__init__.py`` first, so
 a module depends on the ``__init__`` of each subpackage it imports from
-(not of its own packages: those are imported before it runs). The root package's ``__init__`` is the public facade every import of
-shapefn runs first; it is left out as a target (every module would close a
-cycle through it), and its own imports are checked like any other.
+(not of its own packages: those are imported before it runs). The root
+package's ``__init__`` is the public facade every import of shapefn runs
+first; it is left out as a target (every module would close a cycle
+through it), and its own imports are checked like any other.
 """
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ def bindings():
 
 def test_ready_readbacks_wait_together_after_other_work():
     groups = names(schedule.schedule(bindings()))
-    readbacks = [g for g in groups if g[0].startswith("s") and not g[0] in ("sm", "sk", "sj")]
+    readbacks = [g for g in groups if g[0].startswith("s") and g[0] not in ("sm", "sk", "sj")]
     assert readbacks == [["sa", "sb", "sc"], ["st"]]  # two syncs: st depends on sa's value
     # Everything not waiting on a readback runs before the first one: the
     # first kernel (its binding is named "_"), the allocation it writes and

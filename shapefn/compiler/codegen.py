@@ -135,7 +135,8 @@ class _FunctionCodegen:
                         self.var_sources.setdefault(key(d), (Reg(i), axis, True))
                     else:
                         raise CodegenError(f"parameter '{p.name}' has a computed dimension {d}")
-                params.append(Param(p.name, str(ty.dtype), dims, self.module.placement.param_slot(self.gv.name_hint, i)))
+                slot = self.module.placement.param_slot(self.gv.name_hint, i)
+                params.append(Param(p.name, str(ty.dtype), dims, slot))
             else:
                 if isinstance(ty, relax.ShapeType) and ty.values is not None:
                     for axis, d in enumerate(ty.values):

@@ -71,8 +71,8 @@ def gc_paused():
     """Python's cyclic garbage collector off for the duration (and back to
     its previous state after). A compile allocates Python objects in
     proportion to the graph, and each collection of the older generations
-    walks all of them: compiling 20k ops ran 1,482 collections, 6 of them
-    full, and took 10-20% longer in codegen and TVM's passes with them."""
+    walks all of them, which makes large compiles measurably slower
+    (docs/bench/compiler.md)."""
     enabled = gc.isenabled()
     gc.disable()
     try:

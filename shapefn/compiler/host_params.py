@@ -27,8 +27,18 @@ import tvm
 from tvm import relax, tirx
 
 from ..registry import data_dependence
-from .placement import (ALLOC_TENSOR, HOST, ON_DEVICE, SMALL_ELEMENTS, PlacementPolicy, all_bindings,
-                        is_small_tensor, is_tensor_const, key, place)
+from .placement import (
+    ALLOC_TENSOR,
+    HOST,
+    ON_DEVICE,
+    SMALL_ELEMENTS,
+    PlacementPolicy,
+    all_bindings,
+    is_small_tensor,
+    is_tensor_const,
+    key,
+    place,
+)
 from .shape_calls import SHAPE_FUNC, TO_HOST, VIEW
 
 # Uses of a tensor that read it where it is (the host, for a host parameter).

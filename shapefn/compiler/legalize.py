@@ -20,14 +20,13 @@ from .target_schedule import kernel_form
 
 # TVM's concat reads element j from a chain of selects whose conditions and
 # indices are prefix sums of the inputs' extents: with symbolic extents
-# nothing folds and the kernel's code grows with the square of the number of
-# inputs (compiling it takes ~0.5 s at 4 such inputs, 20 s at 32, 100 s at the 91
-# in SSD-lite's post-processing). Fewer than this many stay with TVM's, which
-# can fuse into its neighbours.
+# nothing folds and the kernel's code, and its compile time, grow with the
+# square of the number of inputs (docs/bench/compiler.md). Fewer than this
+# many stay with TVM's, which can fuse into its neighbours.
 SEQUENTIAL_CONCAT_MIN_SYMBOLIC_INPUTS = 4
 # Inputs per sequential concat kernel. Each tensor argument costs checks in
 # the kernel's entry (type, rank, dtype, shape, device) that LLVM compiles in
-# time growing faster than the argument count (~0.2 s at 8, ~6 s at 64), so
+# time growing faster than the argument count (docs/bench/compiler.md), so
 # more inputs are concatenated in a tree of such kernels (one small copy per
 # level; all kernels of one arity are one kernel).
 SEQUENTIAL_CONCAT_MAX_INPUTS = 8

@@ -18,9 +18,17 @@ from tvm import te, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from .gpu_builder import (ceil_log2, compare_exchange, group_barrier, group_sort,
-                                          launch, launch_per_element, strided, unravel)
 from . import scan
+from .gpu_builder import (
+    ceil_log2,
+    compare_exchange,
+    group_barrier,
+    group_sort,
+    launch,
+    launch_per_element,
+    strided,
+    unravel,
+)
 from .gpu_count import non_max_suppression, nonzero, unique
 from .scatter import reduction_of, scatter_params, scatter_sizes
 from .tir_builder import arg, flat_view, i64, local, sizes

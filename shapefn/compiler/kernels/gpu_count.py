@@ -17,9 +17,20 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from .count import box_extents, suppress_if_overlapping
-from .gpu_builder import (THREADS, bitonic_pair, ceildiv, compare_exchange,
-                                          group_barrier, group_exclusive_scan, group_scan_array,
-                                          group_sort, launch, launch_per_element, strided, unravel)
+from .gpu_builder import (
+    THREADS,
+    bitonic_pair,
+    ceildiv,
+    compare_exchange,
+    group_barrier,
+    group_exclusive_scan,
+    group_scan_array,
+    group_sort,
+    launch,
+    launch_per_element,
+    strided,
+    unravel,
+)
 from .tir_builder import arg, flat_view, i64, local, sizes
 
 # Consecutive elements per work item in a compaction tile: fewer scans and

@@ -28,7 +28,7 @@ def scatter_elements(ndim: int, axis: int, reduction: str, dtype: str, index_dty
     TVM's kernel walks a flat index and reads the N-d tensors through it:
     with symbolic sizes every read becomes a chain of divisions and remainders
     by products of sizes, which took LLVM minutes for Faster R-CNN's 4-d
-    scatter (~650 s on a loaded 2-core machine); nested loops over the
+    scatter (docs/bench/compiler.md); nested loops over the
     indices' own shape leave plain strided addressing. It also addresses
     ``data`` with the indices' sizes: wrong when the indices are narrower
     than the data in a dimension other than the first, the axis and the one
