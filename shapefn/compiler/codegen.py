@@ -5,9 +5,8 @@ run: it emits what the placement pass (``placement.py``) and the readback
 scheduling pass (``schedule.py``) decided, inserting copies where a tensor
 is read on another slot than its own (``copies.py``).
 
-Symbolic sizes live in int64 registers: each is read from a parameter's shape
-when first needed and reused; shape expressions become ``shape_make`` /
-``load_shape``; data-dependent shapes come from ``invoke_shape_func``.
+Symbolic sizes and shapes live in int64 registers (``size_registers.py``);
+data-dependent shapes come from ``invoke_shape_func``.
 
 Relax has no loops; loops (ONNX ``Loop``) are recursive functions. A call of
 a function to itself in tail position becomes a jump back to its first
@@ -20,28 +19,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import tvm
-import tvm_ffi
 from tvm import relax, tirx
 
 from ..builder import Label, Param, ProgramBuilder, Reg
 from .copies import ConstantTable, Copies
 from .placement import ALLOC_TENSOR, HOST, ModulePlacement, Placement, is_prim, is_tensor_const, key
 from .register_cache import RegisterCache
-from .schedule import ReadbackSchedule
+from .schedule import KILLS, ReadbackSchedule
 from .shape_calls import SHAPE_FUNC, TO_HOST, VIEW
+from .size_registers import CodegenError, SizeRegisters
 
-_ARITH = {tirx.Add: "add", tirx.Sub: "sub", tirx.Mul: "mul", tirx.FloorDiv: "floordiv",
-          tirx.FloorMod: "floormod", tirx.Min: "min", tirx.Max: "max", tirx.LT: "lt", tirx.EQ: "eq",
-          # Booleans are 0 / 1 in registers.
-          tirx.And: "min", tirx.Or: "max"}
-# Comparisons the VM has no instruction for: (instruction, operands swapped, result negated).
-_COMPARE = {tirx.GT: ("lt", True, False), tirx.GE: ("lt", False, True), tirx.LE: ("lt", True, True),
-            tirx.NE: ("eq", False, True)}
-_KILLS = {"relax.memory.kill_tensor", "relax.memory.kill_storage", "relax.vm.kill_object"}
+__all__ = ["CodegenError", "GeneratedProgram", "generate"]
 
-
-class CodegenError(NotImplementedError):
-    """Relax the shapefn code generator cannot express."""
 
 
 @dataclass
@@ -115,11 +104,12 @@ class _FunctionCodegen:
         self.var_sources: dict[int, tuple[Reg, int, bool]] = {}  # size var -> (reg, axis, reg is a tensor)
         self.cache = RegisterCache()
         self.fb = module.program.function(name, self._params(func))
+        self.sizes = SizeRegisters(self.fb, self.cache, self.var_sources)
         self.copies = Copies(self.fb, module.constants, self.cache)
         self.start = Label()  # where a self tail call jumps to
         self.fb.place(self.start)
 
-    # ---- parameters and size variables -------------------------------------
+    # ---- parameters --------------------------------------------------------
     def _params(self, func: relax.Function) -> list[Param]:
         params, symbols = [], {}
         for i, p in enumerate(func.params):
@@ -149,73 +139,11 @@ class _FunctionCodegen:
             self.bind(p, Reg(i))
         return params
 
-    def _bind_sizes(self, dims, source: Reg, is_tensor: bool) -> None:
-        for axis, d in enumerate(dims):
-            if isinstance(d, tirx.Var) and self.cache.get(("prim", key(d))) is None \
-                    and key(d) not in self.var_sources:
-                self.var_sources[key(d)] = (source, axis, is_tensor)
-
-    def prim(self, expr) -> Reg:
-        """An int64 register holding the value of a PrimExpr."""
-        if isinstance(expr, int):
-            expr = tirx.IntImm("int64", expr)
-        k = ("prim", key(expr) if isinstance(expr, tirx.Var) else tvm_ffi.StructuralKey(expr))
-        reg = self.cache.get(k)
-        if reg is not None:
-            return reg
-        fb = self.fb
-        if isinstance(expr, tirx.IntImm):
-            reg = fb.load_int(int(expr.value))
-        elif isinstance(expr, tirx.Var):
-            source = self.var_sources.get(key(expr))
-            if source is None:
-                raise CodegenError(f"size variable '{expr.name}' is used before it is defined")
-            reg_, axis, is_tensor = source
-            reg = fb.tensor_dim(reg_, axis) if is_tensor else fb.shape_get(reg_, axis)
-        elif isinstance(expr, tirx.Cast):
-            return self.prim(expr.value)
-        elif type(expr) in _ARITH:
-            reg = fb.emit(_ARITH[type(expr)], self.prim(expr.a), self.prim(expr.b))
-        elif type(expr) in _COMPARE:
-            op, swapped, negated = _COMPARE[type(expr)]
-            a, b = (expr.b, expr.a) if swapped else (expr.a, expr.b)
-            reg = fb.emit(op, self.prim(a), self.prim(b))
-            if negated:
-                reg = fb.emit("sub", self.prim(1), reg)
-        elif isinstance(expr, tirx.Not):
-            reg = fb.emit("sub", self.prim(1), self.prim(expr.a))
-        else:
-            raise CodegenError(f"shape expression {expr} ({type(expr).__name__}) is not supported")
-        return self.cache.put(k, reg)
-
-    def _shape_of(self, tensor: Reg) -> Reg:
-        k = ("shape_of", tensor.index)
-        return self.cache.get(k) or self.cache.put(k, self.fb.shape_of(tensor))
-
-    def shape(self, values) -> Reg:
-        values = list(values)
-        if all(isinstance(v, tirx.IntImm) for v in values):
-            k = ("const_shape", tuple(int(v) for v in values))
-            return self.cache.get(k) or self.cache.put(k, self.fb.load_shape([int(v) for v in values]))
-        k = ("shape", tuple(key(v) if isinstance(v, tirx.Var) else tvm_ffi.StructuralKey(v) for v in values))
-        cached = self.cache.get(k)
-        if cached is not None:
-            return cached
-        # Literal dimensions go in the instruction; only computed ones need registers.
-        template, regs = [], []
-        for v in values:
-            if isinstance(v, tirx.IntImm):
-                template.append(int(v))
-            else:
-                regs.append(self.prim(v))
-                template.append(-len(regs))
-        return self.cache.put(k, self.fb.shape_build(template, regs))
-
     # ---- operands ------------------------------------------------------------
     def value(self, expr: relax.Expr) -> Reg:
         """A register holding ``expr`` wherever it is."""
         if is_prim(expr):
-            return self.prim(expr)
+            return self.sizes.prim(expr)
         if isinstance(expr, relax.Var):
             if key(expr) in self.consts:
                 return self.tensor(expr, self.placement.policy.compute)
@@ -226,7 +154,7 @@ class _FunctionCodegen:
         if is_tensor_const(expr):
             return self.tensor(expr, self.placement.policy.compute)
         if isinstance(expr, relax.ShapeExpr):
-            return self.shape(expr.values)
+            return self.sizes.shape(expr.values)
         if isinstance(expr, relax.Tuple):
             return self.fb.make_tuple([self.value(f) for f in expr.fields])
         raise CodegenError(f"operand {type(expr).__name__} is not supported")
@@ -350,9 +278,9 @@ class _FunctionCodegen:
             self.bind(var, reg)
             ty = binding.ty
             if isinstance(ty, relax.TensorType) and ty.shape is not None:
-                self._bind_sizes(ty.shape.values, reg, True)
+                self.sizes.bind_sizes(ty.shape.values, reg, True)
             elif isinstance(ty, relax.ShapeType) and ty.values is not None:
-                self._bind_sizes(ty.values, reg, False)
+                self.sizes.bind_sizes(ty.values, reg, False)
                 if all(isinstance(v, tirx.Var) for v in ty.values):
                     # The same shape, asked for later, is this register.
                     self.cache.put(("shape", tuple(key(v) for v in ty.values)), reg)
@@ -385,7 +313,7 @@ class _FunctionCodegen:
         fb = self.fb
         cond = node.cond
         if is_prim(cond):
-            flag = self.prim(cond)
+            flag = self.sizes.prim(cond)
         else:
             flag = fb.reg()
             fb.readback([flag], [self.tensor(cond, HOST)])
@@ -426,7 +354,7 @@ class _FunctionCodegen:
                 self.readbacks([binding])
                 return None
             if name == "vm.builtin.shape_of":
-                return self._shape_of(self.value(call.args[0]))
+                return self.sizes.shape_of(self.value(call.args[0]))
             self.kernel(binding, name, call.args)
             return None
         name = op.name
@@ -434,14 +362,14 @@ class _FunctionCodegen:
             shape, dtype = call.args[0], call.args[1]
             slot = self.placement.var_slot(binding.var, self.placement.policy.compute)
             return fb.alloc_tensor(slot, self.value(shape), str(dtype.value))
-        if name in _KILLS:
+        if name in KILLS:
             self.kill(call.args[0])
             return None
         if name == "relax.tensor_to_shape":
             self.readbacks([binding])
             return None
         if name == "relax.shape_of":
-            return self._shape_of(self.value(call.args[0]))
+            return self.sizes.shape_of(self.value(call.args[0]))
         if name == "relax.null_value":
             return fb.reg()
         raise CodegenError(f"op '{name}' was not lowered to kernels (is it supported by TVM's LegalizeOps?)")
@@ -505,7 +433,7 @@ class _FunctionCodegen:
 
 
 def _is_kill(value) -> bool:
-    return isinstance(value, relax.Call) and getattr(value.op, "name", None) in _KILLS
+    return isinstance(value, relax.Call) and getattr(value.op, "name", None) in KILLS
 
 
 def _unique(name: str, taken) -> str:

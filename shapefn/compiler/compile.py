@@ -14,56 +14,23 @@ import contextlib
 import gc
 
 import tvm
-from tvm import relax
 
 from .. import kernel_cache
 from ..executable import Executable
 from . import codegen, host_params, placement, schedule, target_schedule
-from .fold_constants import fold_constant_kernels
-from .legalize import legalize_map
 from .lower_dynamic import lower_dynamic_ops
+from .relax_passes import HOST_TARGET, lower
 
-_HOST_TARGET = "llvm"
+__all__ = ["build_kernels", "compile", "gc_paused", "lower", "lower_dynamic_ops", "schedule_kernels"]
 
 
 def _target_for(device: str, target) -> tvm.target.Target:
     if target is not None:
         return target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
     if device in ("sim", "host", "cpu"):
-        return tvm.target.Target(_HOST_TARGET)
+        return tvm.target.Target(HOST_TARGET)
     kind = device.split(":")[0]
-    return tvm.target.Target(kind, host=_HOST_TARGET)
-
-
-def lower(mod: tvm.IRModule, target: tvm.target.Target | None = None) -> tvm.IRModule:
-    """The Relax passes up to the point where shapefn's codegen takes over
-    (TVM's VM goes on with memory planning and VMShapeLower instead), for
-    kernels of ``target`` (default: the CPU)."""
-    target = target if target is not None else tvm.target.Target(_HOST_TARGET)
-    # Some of TVM's legalizations (and shapefn's) depend on the target: they
-    # read it from the context.
-    with target:
-        return _passes(target_schedule.is_gpu(target))(mod)
-
-
-def _passes(gpu: bool) -> tvm.transform.Pass:
-    return tvm.transform.Sequential([
-        # Folds match_casts made redundant by lowering (their sizes substituted
-        # everywhere); FuseTIR would otherwise drop them and leave sizes undefined.
-        relax.transform.CanonicalizeBindings(),
-        relax.transform.LegalizeOps(customize_legalize_map=legalize_map(gpu)),
-        relax.transform.AnnotateTIROpPattern(),
-        tvm.transform.module_pass(lambda m, _: fold_constant_kernels(m), opt_level=0, name="FoldConstantKernels"),
-        relax.transform.FoldConstant(),
-        relax.transform.FuseOps(),
-        relax.transform.FuseTIR(),
-        relax.transform.DeadCodeElimination(),
-        relax.transform.ToNonDataflow(),
-        relax.transform.RemovePurityChecking(),
-        relax.transform.CallTIRRewrite(),
-        relax.transform.KillAfterLastUse(),
-        relax.transform.AttachGlobalSymbol(),
-    ])
+    return tvm.target.Target(kind, host=HOST_TARGET)
 
 
 @contextlib.contextmanager

@@ -38,7 +38,8 @@ def is_readback(binding) -> bool:
             or isinstance(op, relax.ExternFunc) and op.global_symbol == TO_HOST)
 
 
-_KILLS = {"relax.memory.kill_tensor", "relax.memory.kill_storage", "relax.vm.kill_object"}
+# Ops that free a value.
+KILLS = {"relax.memory.kill_tensor", "relax.memory.kill_storage", "relax.vm.kill_object"}
 
 
 def _writes(binding, allocated: set[int]) -> set[int]:
@@ -47,7 +48,7 @@ def _writes(binding, allocated: set[int]) -> set[int]:
     value = binding.value
     if not isinstance(value, relax.Call):
         return set()
-    if getattr(value.op, "name", None) in _KILLS:
+    if getattr(value.op, "name", None) in KILLS:
         return {key(value.args[0])}
     if isinstance(value.op, (relax.GlobalVar, relax.ExternFunc)):
         out = {key(a) for a in value.args if isinstance(a, relax.Var) and key(a) in allocated}
