@@ -26,12 +26,11 @@ from tvm.script import tirx as T
 import shapefn
 from conftest import opencl
 from shapefn import kernels, ops
-from shapefn.compiler import cpu_schedule, target_schedule
+from shapefn.compiler import codegen, cpu_schedule, placement, schedule, target_schedule
+from shapefn.compiler.compile import lower
 from shapefn.compiler.kernels import concat, scatter
 from shapefn.compiler.kernels import count as count_kernels
 from shapefn.compiler.kernels import dynamic as dyn_kernels
-from shapefn.compiler import codegen, placement, schedule
-from shapefn.compiler.compile import lower
 from shapefn.compiler.lower_dynamic import lower_dynamic_ops
 
 GPU_KINDS = ["cuda", "opencl"]
