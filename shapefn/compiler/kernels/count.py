@@ -61,6 +61,15 @@ def nonzero(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
 
 
 # --------------------------------------------------------------------------- unique
+def unique_params(shape, numel, upper, dtype: str) -> tuple:
+    """Names the unique kernel being built and declares its parameters (the
+    GPU form's are the same): ``(data, values, first_indices, inverse,
+    counts, count)``."""
+    T.func_name("unique")
+    return (arg("data", shape, dtype), arg("values", [upper], dtype), arg("first_indices", [upper], "int64"),
+            arg("inverse", [numel], "int64"), arg("counts", [upper], "int64"), arg("count", [1], "int64"))
+
+
 def _lower_bound(sorted_buf, size, value):
     """First position in ``sorted_buf[0:size]`` whose element is not below
     ``value`` (a binary search); returns a local scalar buffer."""
@@ -90,13 +99,7 @@ def unique(dtype: str = "float32", ndim: int = 1) -> tirx.PrimFunc:
     numel = math.prod(shape) if ndim else i64(1)
     upper = tirx.Var("upper", "int64")
     with IRBuilder() as ib, T.prim_func():
-        T.func_name("unique")
-        data = arg("data", shape, dtype)
-        values = arg("values", [upper], dtype)
-        first = arg("first_indices", [upper], "int64")
-        inverse = arg("inverse", [numel], "int64")
-        counts = arg("counts", [upper], "int64")
-        count = arg("count", [1], "int64")
+        data, values, first, inverse, counts, count = unique_params(shape, numel, upper, dtype)
         with T.Assert(upper >= numel, "unique: output buffers are smaller than data"):
             flat = flat_view(data, numel, dtype)
             total = local("int64", 0)
@@ -233,6 +236,16 @@ def unique_slices(dtype: str = "float32", is_sorted: bool = True) -> tirx.PrimFu
 
 
 # --------------------------------------------------------------------------- NMS
+def nms_params(batches, boxes, classes, upper) -> tuple:
+    """Names the NMS kernel being built and declares its parameters (the GPU
+    form's are the same): ``(boxes, scores, max_output_boxes_per_class,
+    iou_threshold, score_threshold, selected, count)``."""
+    T.func_name("non_max_suppression")
+    return (arg("boxes", [batches, boxes, 4], "float32"), arg("scores", [batches, classes, boxes], "float32"),
+            arg("max_output_boxes_per_class", [1], "int64"), arg("iou_threshold", [1], "float32"),
+            arg("score_threshold", [1], "float32"), arg("selected", [upper, 3], "int64"), arg("count", [1], "int64"))
+
+
 def box_extents(box, center_point_box: int):
     """``(x0, x1, y0, y1, area)`` of a box (4 loads), with onnxruntime's
     float32 operations (``SuppressByIOU``) so that decisions match bit for bit."""
@@ -291,14 +304,7 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
     b_, n_, c_ = sizes("d", 3)  # batches, boxes, classes
     upper = tirx.Var("upper", "int64")
     with IRBuilder() as ib, T.prim_func():
-        T.func_name("non_max_suppression")
-        boxes = arg("boxes", [b_, n_, 4], "float32")
-        scores = arg("scores", [b_, c_, n_], "float32")
-        max_out = arg("max_output_boxes_per_class", [1], "int64")
-        iou_thr = arg("iou_threshold", [1], "float32")
-        score_thr = arg("score_threshold", [1], "float32")
-        selected = arg("selected", [upper, 3], "int64")
-        count = arg("count", [1], "int64")
+        boxes, scores, max_out, iou_thr, score_thr, selected, count = nms_params(b_, n_, c_, upper)
         # (At least one element: a zero-byte workspace request may come back null.)
         order = T.buffer_proxy(T.alloc_buffer((tirx.max(n_, i64(1)),), "int64", scope="global"))
         # The extents of the boxes a class keeps, in order: read by every candidate.

@@ -16,7 +16,7 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from .count import box_extents, suppress_if_overlapping
+from .count import box_extents, nms_params, suppress_if_overlapping, unique_params
 from .gpu_builder import (
     THREADS,
     bitonic_pair,
@@ -171,13 +171,7 @@ def unique(dtype: str = "float32", ndim: int = 1) -> tirx.PrimFunc:
     numel = math.prod(shape) if ndim else i64(1)
     upper = tirx.Var("upper", "int64")
     with IRBuilder() as ib, T.prim_func():
-        T.func_name("unique")
-        data = arg("data", shape, dtype)
-        values = arg("values", [upper], dtype)
-        first = arg("first_indices", [upper], "int64")
-        inverse = arg("inverse", [numel], "int64")
-        counts = arg("counts", [upper], "int64")
-        count = arg("count", [1], "int64")
+        data, values, first, inverse, counts, count = unique_params(shape, numel, upper, dtype)
         with T.Assert(upper >= numel, "unique: output buffers are smaller than data"):
             flat = flat_view(data, numel, dtype)
             scratch = tirx.max(numel, i64(1))
@@ -246,14 +240,7 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
     b_, n_, c_ = sizes("d", 3)  # batches, boxes, classes
     upper = tirx.Var("upper", "int64")
     with IRBuilder() as ib, T.prim_func():
-        T.func_name("non_max_suppression")
-        boxes = arg("boxes", [b_, n_, 4], "float32")
-        scores = arg("scores", [b_, c_, n_], "float32")
-        max_out = arg("max_output_boxes_per_class", [1], "int64")
-        iou_thr = arg("iou_threshold", [1], "float32")
-        score_thr = arg("score_threshold", [1], "float32")
-        selected = arg("selected", [upper, 3], "int64")
-        count = arg("count", [1], "int64")
+        boxes, scores, max_out, iou_thr, score_thr, selected, count = nms_params(b_, n_, c_, upper)
         classes = b_ * c_
         entries = tirx.max(classes * n_, i64(1))
 
