@@ -32,7 +32,6 @@ from .size_registers import CodegenError, SizeRegisters
 __all__ = ["CodegenError", "GeneratedProgram", "generate"]
 
 
-
 @dataclass
 class GeneratedProgram:
     """Code generation's output: the ``program`` (to build into an

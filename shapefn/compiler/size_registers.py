@@ -81,15 +81,14 @@ class SizeRegisters:
 
     def shape_of(self, tensor: Reg) -> Reg:
         """A shape register holding ``tensor``'s shape."""
-        k = ("shape_of", tensor.index)
-        return self.cache.get(k) or self.cache.put(k, self.fb.shape_of(tensor))
+        return self.cache.get_or_emit(("shape_of", tensor.index), lambda: self.fb.shape_of(tensor))
 
     def shape(self, values) -> Reg:
         """A shape register holding the shape of PrimExprs ``values``."""
         values = list(values)
         if all(isinstance(v, tirx.IntImm) for v in values):
             k = ("const_shape", tuple(int(v) for v in values))
-            return self.cache.get(k) or self.cache.put(k, self.fb.load_shape([int(v) for v in values]))
+            return self.cache.get_or_emit(k, lambda: self.fb.load_shape([int(v) for v in values]))
         k = ("shape", tuple(key(v) if isinstance(v, tirx.Var) else tvm_ffi.StructuralKey(v) for v in values))
         cached = self.cache.get(k)
         if cached is not None:
