@@ -10,7 +10,8 @@ import tvm as _tvm  # noqa: F401
 
 from . import _core, ops
 from .builder import Label, Param, ProgramBuilder, Reg
-from .compiler import compile, emit_extern
+from .compiler.compile import compile
+from .compiler.shape_calls import emit_extern
 from .config import cache_dir, set_cache_dir
 from .devices import (Device, device, device_counters, list_devices, opencl_devices, opencl_unavailable_reason,
                       reset_device_counters, sim, tvm_device_exists)

@@ -208,9 +208,12 @@ class ProgramBuilder:
             self._kernel_funcs[name] = func
         return name
 
-    def build(self, library=None, kernels: Mapping | None = None) -> Executable:
+    def build(self, library=None, kernels: Mapping | None = None, *, library_path=None,
+              default_dependence: str = "per-input") -> Executable:
         """Verifies and returns the executable. ``library`` is a TVM runtime
-        module whose functions provide the kernels of the same names."""
+        module whose functions provide the kernels of the same names, and
+        ``library_path`` its file (by default the kernel cache's file it was
+        loaded from, if any)."""
         parts = [fb._finish() for fb in self._functions]  # declares the kernels it names
         funcs = dict(self._kernel_funcs)
         if library is not None:
@@ -222,7 +225,6 @@ class ProgramBuilder:
                         pass
         funcs.update(kernels or {})
         core = _core.Executable.from_parts(parts, self._constants, self._kernels, self._shape_funcs, "")
-        exe = Executable(core, funcs, library)
-        if library is not None:
-            exe._library_path = kernel_cache.file_of(library)  # saved by copying it
-        return exe
+        if library is not None and library_path is None:
+            library_path = kernel_cache.file_of(library)  # saved by copying it
+        return Executable(core, funcs, library, library_path=library_path, default_dependence=default_dependence)

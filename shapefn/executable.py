@@ -14,17 +14,21 @@ class Executable:
     """A verified shapefn program.
 
     ``kernels`` maps kernel names to ``tvm_ffi.Function``s; ``library`` is the
-    TVM runtime module they came from (needed to ``save``). Kernel names found
-    in neither are looked up among tvm-ffi global functions when a VM is made.
+    TVM runtime module they came from (needed to ``save``) and
+    ``library_path`` the file it was loaded from, if any (``save`` copies
+    it). Kernel names found in neither are looked up among tvm-ffi global
+    functions when a VM is made. ``default_dependence`` is the dependence
+    mode VMs made from it use unless told otherwise.
     """
 
-    def __init__(self, core: _core.Executable, kernels: Mapping | None = None, library=None):
+    def __init__(self, core: _core.Executable, kernels: Mapping | None = None, library=None, *,
+                 library_path: str | os.PathLike | None = None, default_dependence: str = "per-input"):
         self._core = core
         self._kernels = dict(kernels or {})
         self._library = library
-        self._library_path = None  # the file the library was loaded from, if any
+        self._library_path = library_path
         #: The dependence mode VMs made from this executable use by default.
-        self.default_dependence = "per-input"
+        self.default_dependence = default_dependence
 
     @property
     def function_names(self) -> list[str]:
@@ -93,9 +97,7 @@ class Executable:
                 fn = _library_function(library, name)
                 if fn is not None:
                     kernels[name] = fn
-        exe = cls(core, kernels, library)
-        exe._library_path = exe_library_path
-        return exe
+        return cls(core, kernels, library, library_path=exe_library_path)
 
     def __repr__(self) -> str:
         return f"shapefn.Executable(functions={self.function_names}, kernels={len(self.kernel_names)})"

@@ -9,12 +9,12 @@ Relax ops it handles itself (dynamic_strided_slice, reshape / full /
 broadcast_to from ``tensor_to_shape``, nonzero, unique, NMS)."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import tvm
 from tvm import relax
 
-from .compiler import dyn_kernels
+from .compiler.kernels import dynamic, resize
 from .compiler.shape_calls import emit_shape
 
 _RESIZE_LAYOUTS = {"NCHW": 0, "NHWC": 1}
@@ -54,7 +54,7 @@ def topk(bb: relax.BlockBuilder, data: relax.Expr, k: relax.Expr, axis: int = -1
     axis = axis + ndim if axis < 0 else axis
     values_dims, _ = emit_shape(bb, "relax.topk", [data, k], [ndim, ndim], [axis], prefix="topk")
     kernel = _kernel(bb, f"shapefn_topk_{ndim}d_{axis}_{dtype}_{int(largest)}{int(sorted)}",
-                     lambda: dyn_kernels.topk(ndim, axis, dtype, largest, sorted))
+                     lambda: dynamic.topk(ndim, axis, dtype, largest, sorted))
     out = bb.emit(relax.call_tir(kernel, [data], [relax.TensorType(values_dims, dtype),
                                                   relax.TensorType(values_dims, "int64")]))
     return bb.emit(relax.TupleGetItem(out, 0)), bb.emit(relax.TupleGetItem(out, 1))
@@ -69,7 +69,7 @@ def tile(bb: relax.BlockBuilder, data: relax.Expr, repeats: relax.Expr) -> relax
     (dims,) = emit_shape(bb, "relax.tile", [data, repeats], [out_ndim], prefix="tile")
     dtype = str(ty.dtype)
     kernel = _kernel(bb, f"shapefn_tile_{ty.ndim}d_{out_ndim}d_{dtype}",
-                     lambda: dyn_kernels.tile(ty.ndim, out_ndim, dtype))
+                     lambda: dynamic.tile(ty.ndim, out_ndim, dtype))
     return bb.emit(relax.call_tir(kernel, [data], relax.TensorType(dims, dtype)))
 
 
@@ -78,7 +78,7 @@ def arange(bb: relax.BlockBuilder, start: relax.Expr, stop: relax.Expr, step: re
     """``np.arange(start, stop, step)`` from scalar tensors (ONNX Range)."""
     dtype = dtype or str(_ty(start).dtype)
     (dims,) = emit_shape(bb, "relax.arange", [start, stop, step], [1], prefix="arange")
-    kernel = _kernel(bb, f"shapefn_arange_{dtype}", lambda: dyn_kernels.arange(dtype))
+    kernel = _kernel(bb, f"shapefn_arange_{dtype}", lambda: dynamic.arange(dtype))
     return bb.emit(relax.call_tir(kernel, [_scalar(bb, start, dtype), _scalar(bb, step, dtype)],
                                   relax.TensorType(dims, dtype)))
 
@@ -97,7 +97,7 @@ def resize2d(bb: relax.BlockBuilder, data: relax.Expr, size: relax.Expr, *, layo
                          prefix="resize")
     name = (f"shapefn_resize2d_{layout}_{method}_{coordinate_transformation_mode}_{rounding_method}_"
             f"{cubic_alpha}_{cubic_exclude}_{dtype}").replace("-", "m").replace(".", "p")
-    kernel = _kernel(bb, name, lambda: dyn_kernels.resize2d(
+    kernel = _kernel(bb, name, lambda: resize.resize2d(
         layout, method, coordinate_transformation_mode, rounding_method, cubic_alpha, cubic_exclude, 0.0, dtype))
     return bb.emit(relax.call_tir(kernel, [data], relax.TensorType(dims, dtype)))
 
@@ -112,7 +112,7 @@ def pad(bb: relax.BlockBuilder, data: relax.Expr, pads: relax.Expr, value: relax
         value = relax.const(0, dtype)
     value = _scalar(bb, value, dtype)
     (dims,) = emit_shape(bb, "relax.nn.pad", [data, pads, value], [ndim], prefix="pad")
-    kernel = _kernel(bb, f"shapefn_pad_{ndim}d_{dtype}_{mode}", lambda: dyn_kernels.pad(ndim, dtype, mode))
+    kernel = _kernel(bb, f"shapefn_pad_{ndim}d_{dtype}_{mode}", lambda: dynamic.pad(ndim, dtype, mode))
     return bb.emit(relax.call_tir(kernel, [data, pads, value], relax.TensorType(dims, dtype)))
 
 

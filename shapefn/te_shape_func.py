@@ -30,7 +30,7 @@ import threading
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import tvm
 import tvm_ffi
@@ -41,8 +41,8 @@ from .compiler import target_schedule
 from .errors import DataDependenceError, OverDeclaredWarning
 
 Signature = list[tuple[str, int]]
-SignatureLike = Union[str, Sequence[tuple[str, int]]]
-MaskLike = Union[bool, Sequence[bool]]
+SignatureLike = str | Sequence[tuple[str, int]]
+MaskLike = bool | Sequence[bool]
 
 _ENTRY_NAME = "shape_func"
 _TARGET_KIND = "llvm"

@@ -7,7 +7,7 @@ import pytest
 import tvm
 from onnx import helper
 
-from shapefn.compiler import count_kernels
+from shapefn.compiler.kernels import count as count_kernels
 from shapefn.kernels import build
 
 

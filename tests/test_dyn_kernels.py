@@ -11,7 +11,9 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
-from shapefn.compiler import dyn_kernels
+from shapefn.compiler.kernels import dynamic as dyn_kernels
+from shapefn.compiler.kernels import resize
+from shapefn.compiler.legalize import legalize_broadcast_to, legalize_resize2d
 from shapefn.kernels import build
 
 
@@ -141,7 +143,7 @@ RESIZE_MODES = {
 
 @pytest.fixture(scope="module")
 def resize_lib():
-    return build({name: dyn_kernels.resize2d(*args) for name, args in RESIZE_MODES.items()})
+    return build({name: resize.resize2d(*args) for name, args in RESIZE_MODES.items()})
 
 
 @pytest.mark.parametrize("name", sorted(RESIZE_MODES))
@@ -174,9 +176,9 @@ def test_resize2d_to_an_empty_image(resize_lib):
 
 def test_resize2d_rejects_unsupported_modes():
     with pytest.raises(ValueError, match="tf_crop_and_resize"):
-        dyn_kernels.resize2d("NCHW", "linear", "tf_crop_and_resize")
+        resize.resize2d("NCHW", "linear", "tf_crop_and_resize")
     with pytest.raises(ValueError, match="layout"):
-        dyn_kernels.resize2d("NCHWc")
+        resize.resize2d("NCHWc")
 
 
 @I.ir_module
@@ -194,7 +196,7 @@ class ResizeModule:
 def test_legalize_resize2d_builds_and_runs_with_symbolic_sizes(rng):
     # TVM's own legalization of this op fails to build (see resize2d's docstring).
     legalize = relax.transform.LegalizeOps(
-        customize_legalize_map={"relax.image.resize2d": dyn_kernels.legalize_resize2d})
+        customize_legalize_map={"relax.image.resize2d": legalize_resize2d})
     vm = relax.VirtualMachine(tvm.compile(legalize(ResizeModule), target="llvm"), tvm.cpu())
     for (h, w), (oh, ow) in [((4, 5), (7, 3)), ((2, 2), (1, 6))]:
         x = rng.standard_normal((2, 3, h, w)).astype("float32")
@@ -290,7 +292,7 @@ class BroadcastModule:
 @pytest.fixture(scope="module")
 def broadcast_vm():
     legalize = relax.transform.LegalizeOps(
-        customize_legalize_map={"relax.broadcast_to": dyn_kernels.legalize_broadcast_to})
+        customize_legalize_map={"relax.broadcast_to": legalize_broadcast_to})
     ex = tvm.compile(legalize(BroadcastModule), target="llvm")
     return relax.VirtualMachine(ex, tvm.cpu())
 

@@ -11,7 +11,10 @@ import tvm
 
 from conftest import opencl
 from shapefn import kernels
-from shapefn.compiler import count_kernels, dyn_kernels, gpu_kernels, legalize
+from shapefn.compiler.kernels import concat, scatter
+from shapefn.compiler.kernels import count as count_kernels
+from shapefn.compiler.kernels import dynamic as dyn_kernels
+from shapefn.compiler.kernels import gpu as gpu_kernels
 
 OPENCL = tvm.target.Target("opencl", host="llvm")
 
@@ -291,7 +294,7 @@ SCATTER = {  # name: (ndim, axis, reduction, dtype, index_dtype)
 def scatter_libs():
     def forms(module):
         return {name: module.scatter_elements(*args) for name, args in SCATTER.items()}
-    return gpu_build(forms(gpu_kernels)), kernels.build(forms(legalize))
+    return gpu_build(forms(gpu_kernels)), kernels.build(forms(scatter))
 
 
 def numpy_scatter(data, indices, updates, axis, reduction):
@@ -366,9 +369,9 @@ def test_gpu_forms_have_the_cpu_forms_signatures():
         (gpu_kernels.nonzero(2, "bool"), count_kernels.nonzero(2, "bool")),
         (gpu_kernels.unique("int64", 2), count_kernels.unique("int64", 2)),
         (gpu_kernels.non_max_suppression(1), count_kernels.non_max_suppression(1)),
-        (gpu_kernels.sequential_concat(3, 2, 0, "float16"), legalize.sequential_concat(3, 2, 0, "float16")),
+        (gpu_kernels.sequential_concat(3, 2, 0, "float16"), concat.sequential_concat(3, 2, 0, "float16")),
         (gpu_kernels.scatter_elements(2, 1, "mean", "float32", "int32"),
-         legalize.scatter_elements(2, 1, "mean", "float32", "int32")),
+         scatter.scatter_elements(2, 1, "mean", "float32", "int32")),
     ]
     for gpu, cpu in pairs:
         assert gpu.attrs.get("global_symbol") == cpu.attrs.get("global_symbol")

@@ -19,7 +19,7 @@ from tvm import relax
 
 import shapefn
 from conftest import DEVICES, device_independent
-from shapefn.compiler import host_params
+from shapefn.compiler import host_params, placement
 from shapefn.compiler.compile import lower, lower_dynamic_ops
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
@@ -118,9 +118,9 @@ def test_only_small_tensors_that_compute_sizes_become_host_parameters():
     lowered = lower(lower_dynamic_ops(shapefn.from_onnx(paste_loop_model()), False))
     (loop,) = [gv for gv, f in lowered.functions.items() if gv.name_hint != "main" and isinstance(f, relax.Function)]
     tensors = {i: p for i, p in enumerate(lowered[loop].params) if isinstance(p.ty, relax.TensorType)}
-    plan = host_params.plan(lowered, all_host=False)
+    plan = host_params.plan(lowered, placement.ON_DEVICE)
     chosen = sorted((str(tensors[i].ty.dtype), tensors[i].ty.ndim) for i in plan[loop.name_hint])
     assert chosen == [("int64", 1), ("int64", 1), ("int64", 2)]
     assert sorted((str(p.ty.dtype), p.ty.ndim) for i, p in tensors.items() if i not in plan[loop.name_hint]) \
         == [("float32", 2), ("float32", 4)]
-    assert host_params.plan(lowered, all_host=True) == {}
+    assert host_params.plan(lowered, placement.ALL_ON_HOST) == {}

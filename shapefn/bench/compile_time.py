@@ -38,11 +38,11 @@ import tvm
 from tvm import relax, tirx
 
 from .. import config
-from ..compiler.codegen import ModuleCodegen
+from ..compiler import codegen, placement, schedule
 from ..compiler.lower_dynamic import lower_dynamic_ops
 from . import timing
 
-_compile_module = importlib.import_module("shapefn.compiler.compile")  # (the package re-exports the function)
+_compile_module = importlib.import_module("shapefn.compiler.compile")
 
 SIZES = (1000, 5000, 20000)
 WIDTH = 16
@@ -131,28 +131,33 @@ def _compile_phases(mod: tvm.IRModule, device: str, count_calls: bool) -> dict:
     phases["relax_passes"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    codegen = ModuleCodegen(lowered, all_host=(device == "host"))
-    program = codegen.run()
+    generated = _generate(lowered, device)
     phases["codegen"] = time.perf_counter() - start
 
     start = time.perf_counter()
     target = _compile_module._target_for(device, None)
-    library, _ = _compile_module.build_kernels(lowered, codegen, target)
+    library, _ = _compile_module.build_kernels(_compile_module.schedule_kernels(lowered, generated, target), target)
     kernel_seconds = time.perf_counter() - start
 
     start = time.perf_counter()
-    exe = program.build(library=library)
+    exe = generated.program.build(library=library)
     phases["codegen"] += time.perf_counter() - start  # (verifying the bytecode)
 
     result = {"seconds": sum(phases.values()), "kernel_seconds": kernel_seconds, "phases": phases,
-              "relax_pass_seconds": passes.seconds, "kernels": len(codegen.kernels),
+              "relax_pass_seconds": passes.seconds, "kernels": len(generated.kernels),
               "instructions": exe.as_text().count("\n  ")}
     if count_calls:
         result["python_calls"] = {
             "lower_dynamic_ops": _python_calls(lower_dynamic_ops, mod),
-            "codegen": _python_calls(lambda: ModuleCodegen(lowered, all_host=(device == "host")).run()),
+            "codegen": _python_calls(lambda: _generate(lowered, device)),
         }
     return result
+
+
+def _generate(lowered: tvm.IRModule, device: str) -> codegen.GeneratedProgram:
+    """The bytecode of ``lowered``: placement, readback scheduling and code generation."""
+    places = placement.place_module(lowered, placement.policy_for(device))
+    return codegen.generate(lowered, places, schedule.schedule_module(lowered))
 
 
 def _cache_files(directory: str) -> set[str]:
@@ -162,7 +167,7 @@ def _cache_files(directory: str) -> set[str]:
 def _second_compile(num_ops: int) -> dict:
     """Two ``shapefn.compile`` calls of the same model (built twice) with one
     fresh kernel cache: the second must load the kernels, not generate them."""
-    from ..compiler import compile as shapefn_compile
+    from ..compiler.compile import compile as shapefn_compile
 
     with tempfile.TemporaryDirectory() as cache:
         config.set_cache_dir(cache)

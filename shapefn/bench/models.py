@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from .. import config, devices, kernel_cache
-from ..compiler import compile as compile_relax
+from ..compiler.compile import compile as compile_relax
 from ..frontend import from_onnx
 from ..vm import VirtualMachine
 from . import pypi_models

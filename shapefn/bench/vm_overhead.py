@@ -44,7 +44,7 @@ from tvm import relax, te, tirx
 from .. import registry
 from ..builder import Param, ProgramBuilder
 from ..compiler import cpu_schedule
-from ..compiler import compile as compile_relax
+from ..compiler.compile import compile as compile_relax
 from ..vm import VirtualMachine
 from . import timing
 

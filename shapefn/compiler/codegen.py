@@ -1,8 +1,12 @@
-"""Relax (after TVM's lowering passes) -> shapefn bytecode.
+"""Code generation: Relax (after TVM's lowering passes) -> shapefn bytecode.
 
-Symbolic sizes live in int64 registers: each is read from a parameter's shape
-when first needed and reused; shape expressions become ``shape_make`` /
-``load_shape``; data-dependent shapes come from ``invoke_shape_func``.
+It decides nothing about where values live or in which order readbacks
+run: it emits what the placement pass (``placement.py``) and the readback
+scheduling pass (``schedule.py``) decided, inserting copies where a tensor
+is read on another slot than its own (``copies.py``).
+
+Symbolic sizes and shapes live in int64 registers (``size_registers.py``);
+data-dependent shapes come from ``invoke_shape_func``.
 
 Relax has no loops; loops (ONNX ``Loop``) are recursive functions. A call of
 a function to itself in tail position becomes a jump back to its first
@@ -12,71 +16,57 @@ native stack instead).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import tvm
-import tvm_ffi
 from tvm import relax, tirx
 
 from ..builder import Label, Param, ProgramBuilder, Reg
-from .schedule import schedule
-from .placement import ALLOC_TENSOR, DEVICE, HOST, Placement, is_prim, is_tensor_const, key, place
+from .copies import ConstantTable, Copies
+from .placement import ALLOC_TENSOR, HOST, ModulePlacement, Placement, is_prim, is_tensor_const, key
+from .register_cache import RegisterCache
+from .schedule import KILLS, ReadbackSchedule
 from .shape_calls import SHAPE_FUNC, TO_HOST, VIEW
+from .size_registers import CodegenError, SizeRegisters
 
-_ARITH = {tirx.Add: "add", tirx.Sub: "sub", tirx.Mul: "mul", tirx.FloorDiv: "floordiv",
-          tirx.FloorMod: "floormod", tirx.Min: "min", tirx.Max: "max", tirx.LT: "lt", tirx.EQ: "eq",
-          # Booleans are 0 / 1 in registers.
-          tirx.And: "min", tirx.Or: "max"}
-# Comparisons the VM has no instruction for: (instruction, operands swapped, result negated).
-_COMPARE = {tirx.GT: ("lt", True, False), tirx.GE: ("lt", False, True), tirx.LE: ("lt", True, True),
-            tirx.NE: ("eq", False, True)}
-_KILLS = {"relax.memory.kill_tensor", "relax.memory.kill_storage", "relax.vm.kill_object"}
+__all__ = ["CodegenError", "GeneratedProgram", "generate"]
 
 
-class CodegenError(NotImplementedError):
-    """Relax the shapefn code generator cannot express."""
+@dataclass
+class GeneratedProgram:
+    """Code generation's output: the ``program`` (to build into an
+    executable), ``kernels`` mapping each kernel name the program invokes to
+    its PrimFunc's name in the module, and ``host_kernels``, the names
+    invoked on the host."""
+
+    program: ProgramBuilder
+    kernels: dict[str, str] = field(default_factory=dict)
+    host_kernels: set[str] = field(default_factory=set)
 
 
-class _Scope:
-    """Caches of values already in registers, visible in nested branches only."""
-
-    def __init__(self, parent: "_Scope | None" = None):
-        self.parent = parent
-        self.entries: dict = {}
-
-    def get(self, k):
-        scope = self
-        while scope is not None:
-            if k in scope.entries:
-                return scope.entries[k]
-            scope = scope.parent
-        return None
-
-    def put(self, k, value):
-        self.entries[k] = value
-        return value
-
-
-class ModuleCodegen:
-    """Bytecode for every Relax function of ``mod``; ``kernels`` then maps
-    each kernel name the program invokes to its PrimFunc's name in ``mod``,
-    and ``host_kernels`` holds the names invoked on the host.
+def generate(mod: tvm.IRModule, placement: ModulePlacement, readbacks: ReadbackSchedule,
+             separate_host_kernels: bool = False) -> GeneratedProgram:
+    """Bytecode for every Relax function of ``mod`` (``main`` first).
 
     With ``separate_host_kernels`` (a GPU target: a kernel's host and device
     builds differ), a PrimFunc invoked on the host is named apart from its
     device build (``<name>_host``), so one library can hold both."""
+    return _ModuleCodegen(mod, placement, readbacks, separate_host_kernels).run()
 
-    def __init__(self, mod: tvm.IRModule, all_host: bool, separate_host_kernels: bool = False,
-                 host_params: dict[str, frozenset[int]] | None = None):
+
+class _ModuleCodegen:
+    def __init__(self, mod: tvm.IRModule, placement: ModulePlacement, readbacks: ReadbackSchedule,
+                 separate_host_kernels: bool):
         self.mod = mod
-        self.all_host = all_host
-        self.host_params = host_params or {}
+        self.placement = placement
+        self.readbacks = readbacks
         self.separate_host_kernels = separate_host_kernels
-        self.program = ProgramBuilder()
-        self.kernels: dict[str, str] = {}
-        self.host_kernels: set[str] = set()
+        self.out = GeneratedProgram(ProgramBuilder())
+        self.program = self.out.program
+        self.constants = ConstantTable(self.program)
         self._host_names: dict[str, str] = {}
-        self._constants: dict[tuple[int, str], int] = {}
 
-    def run(self) -> ProgramBuilder:
+    def run(self) -> GeneratedProgram:
         functions = [(gv, f) for gv, f in self.mod.functions.items() if isinstance(f, relax.Function)]
         functions.sort(key=lambda item: item[0].name_hint != "main")  # main first
         # Every function is declared before any is emitted: a call names its
@@ -84,7 +74,7 @@ class ModuleCodegen:
         codegens = [_FunctionCodegen(self, gv, func) for gv, func in functions]
         for codegen in codegens:
             codegen.run()
-        return self.program
+        return self.out
 
     def kernel_name(self, func_name: str, slot: str) -> str:
         """The name under which the program invokes PrimFunc ``func_name`` on ``slot``."""
@@ -94,42 +84,31 @@ class ModuleCodegen:
                 taken = {gv.name_hint for gv in self.mod.functions} | set(self._host_names.values())
                 self._host_names[func_name] = _unique(f"{func_name}_host", taken)
             name = self._host_names[func_name]
-        self.kernels[name] = func_name
+        self.out.kernels[name] = func_name
         if slot == HOST:
-            self.host_kernels.add(name)
+            self.out.host_kernels.add(name)
         return name
-
-    def param_slot(self, func_name: str, index: int) -> str:
-        """Where function ``func_name`` takes its tensor parameter ``index``."""
-        if self.all_host or index in self.host_params.get(func_name, ()):
-            return HOST
-        return DEVICE
-
-    def constant(self, const: tvm.ir.GenericConst, slot: str) -> int:
-        k = (key(const), slot)
-        if k not in self._constants:
-            self._constants[k] = self.program.constant(const.value.numpy(), slot)
-        return self._constants[k]
 
 
 class _FunctionCodegen:
-    def __init__(self, module: ModuleCodegen, gv: relax.GlobalVar, func: relax.Function):
+    def __init__(self, module: _ModuleCodegen, gv: relax.GlobalVar, func: relax.Function):
         name = gv.name_hint
         self.module = module
         self.gv = gv
         self.func = func
-        self.placement: Placement = place(func, module.mod, module.all_host,
-                                          module.host_params.get(name, frozenset()))
+        self.placement: Placement = module.placement[name]
         self.regs: dict[int, Reg] = {}
         self.holders: dict[int, set[int]] = {}  # register -> vars bound to it
         self.consts: dict[int, tvm.ir.GenericConst] = {}
         self.var_sources: dict[int, tuple[Reg, int, bool]] = {}  # size var -> (reg, axis, reg is a tensor)
-        self.scope = _Scope()
+        self.cache = RegisterCache()
         self.fb = module.program.function(name, self._params(func))
+        self.sizes = SizeRegisters(self.fb, self.cache, self.var_sources)
+        self.copies = Copies(self.fb, module.constants, self.cache)
         self.start = Label()  # where a self tail call jumps to
         self.fb.place(self.start)
 
-    # ---- parameters and size variables -------------------------------------
+    # ---- parameters --------------------------------------------------------
     def _params(self, func: relax.Function) -> list[Param]:
         params, symbols = [], {}
         for i, p in enumerate(func.params):
@@ -145,7 +124,8 @@ class _FunctionCodegen:
                         self.var_sources.setdefault(key(d), (Reg(i), axis, True))
                     else:
                         raise CodegenError(f"parameter '{p.name}' has a computed dimension {d}")
-                params.append(Param(p.name, str(ty.dtype), dims, self.module.param_slot(self.gv.name_hint, i)))
+                slot = self.module.placement.param_slot(self.gv.name_hint, i)
+                params.append(Param(p.name, str(ty.dtype), dims, slot))
             else:
                 if isinstance(ty, relax.ShapeType) and ty.values is not None:
                     for axis, d in enumerate(ty.values):
@@ -153,110 +133,37 @@ class _FunctionCodegen:
                             self.var_sources.setdefault(key(d), (Reg(i), axis, False))
                 if isinstance(ty, tvm.ir.PrimType):
                     # A scalar parameter is itself a symbolic variable (R.Prim("int64")).
-                    self.scope.put(("prim", key(p)), Reg(i))
+                    self.cache.put(("prim", key(p)), Reg(i))
                 params.append(Param(p.name, "int64", [], "any"))
             self.bind(p, Reg(i))
         return params
-
-    def _bind_sizes(self, dims, source: Reg, is_tensor: bool) -> None:
-        for axis, d in enumerate(dims):
-            if isinstance(d, tirx.Var) and self._cached(("prim", key(d))) is None \
-                    and key(d) not in self.var_sources:
-                self.var_sources[key(d)] = (source, axis, is_tensor)
-
-    def _cached(self, k):
-        return self.scope.get(k)
-
-    def prim(self, expr) -> Reg:
-        """An int64 register holding the value of a PrimExpr."""
-        if isinstance(expr, int):
-            expr = tirx.IntImm("int64", expr)
-        k = ("prim", key(expr) if isinstance(expr, tirx.Var) else tvm_ffi.StructuralKey(expr))
-        reg = self._cached(k)
-        if reg is not None:
-            return reg
-        fb = self.fb
-        if isinstance(expr, tirx.IntImm):
-            reg = fb.load_int(int(expr.value))
-        elif isinstance(expr, tirx.Var):
-            source = self.var_sources.get(key(expr))
-            if source is None:
-                raise CodegenError(f"size variable '{expr.name}' is used before it is defined")
-            reg_, axis, is_tensor = source
-            reg = fb.tensor_dim(reg_, axis) if is_tensor else fb.shape_get(reg_, axis)
-        elif isinstance(expr, tirx.Cast):
-            return self.prim(expr.value)
-        elif type(expr) in _ARITH:
-            reg = fb.emit(_ARITH[type(expr)], self.prim(expr.a), self.prim(expr.b))
-        elif type(expr) in _COMPARE:
-            op, swapped, negated = _COMPARE[type(expr)]
-            a, b = (expr.b, expr.a) if swapped else (expr.a, expr.b)
-            reg = fb.emit(op, self.prim(a), self.prim(b))
-            if negated:
-                reg = fb.emit("sub", self.prim(1), reg)
-        elif isinstance(expr, tirx.Not):
-            reg = fb.emit("sub", self.prim(1), self.prim(expr.a))
-        else:
-            raise CodegenError(f"shape expression {expr} ({type(expr).__name__}) is not supported")
-        return self.scope.put(k, reg)
-
-    def _shape_of(self, tensor: Reg) -> Reg:
-        k = ("shape_of", tensor.index)
-        return self._cached(k) or self.scope.put(k, self.fb.shape_of(tensor))
-
-    def shape(self, values) -> Reg:
-        values = list(values)
-        if all(isinstance(v, tirx.IntImm) for v in values):
-            k = ("const_shape", tuple(int(v) for v in values))
-            return self._cached(k) or self.scope.put(k, self.fb.load_shape([int(v) for v in values]))
-        k = ("shape", tuple(key(v) if isinstance(v, tirx.Var) else tvm_ffi.StructuralKey(v) for v in values))
-        cached = self._cached(k)
-        if cached is not None:
-            return cached
-        # Literal dimensions go in the instruction; only computed ones need registers.
-        template, regs = [], []
-        for v in values:
-            if isinstance(v, tirx.IntImm):
-                template.append(int(v))
-            else:
-                regs.append(self.prim(v))
-                template.append(-len(regs))
-        return self.scope.put(k, self.fb.shape_build(template, regs))
 
     # ---- operands ------------------------------------------------------------
     def value(self, expr: relax.Expr) -> Reg:
         """A register holding ``expr`` wherever it is."""
         if is_prim(expr):
-            return self.prim(expr)
+            return self.sizes.prim(expr)
         if isinstance(expr, relax.Var):
             if key(expr) in self.consts:
-                return self.tensor(expr, HOST if self.module.all_host else DEVICE)
+                return self.tensor(expr, self.placement.policy.compute)
             reg = self.regs.get(key(expr))
             if reg is None:
                 raise CodegenError(f"'{expr.name}' is used before it is defined")
             return reg
         if is_tensor_const(expr):
-            return self.tensor(expr, HOST if self.module.all_host else DEVICE)
+            return self.tensor(expr, self.placement.policy.compute)
         if isinstance(expr, relax.ShapeExpr):
-            return self.shape(expr.values)
+            return self.sizes.shape(expr.values)
         if isinstance(expr, relax.Tuple):
             return self.fb.make_tuple([self.value(f) for f in expr.fields])
         raise CodegenError(f"operand {type(expr).__name__} is not supported")
 
     def tensor(self, expr: relax.Expr, slot: str) -> Reg:
         """A register holding tensor ``expr`` on ``slot`` (copied if needed)."""
-        if self.module.all_host:
-            slot = HOST
         const = expr if is_tensor_const(expr) else self.consts.get(key(expr))
         if const is not None:
-            k = ("const", key(const), slot)
-            return self._cached(k) or self.scope.put(
-                k, self.fb.load_const(self.module.constant(const, slot)))
-        reg = self.value(expr)
-        if self.module.all_host or self.placement.slot.get(key(expr)) == slot:
-            return reg
-        k = ("copy", reg.index, slot)
-        return self._cached(k) or self.scope.put(k, self.fb.copy(reg, slot))
+            return self.copies.constant(const, slot)
+        return self.copies.to_slot(self.value(expr), self.placement.var_slot(expr), slot)
 
     # ---- bindings ------------------------------------------------------------
     def run(self) -> None:
@@ -267,7 +174,7 @@ class _FunctionCodegen:
     def seq(self, seq: relax.SeqExpr, tail: bool = False) -> Reg | None:
         """Emits a sequence and returns the register of its value, or None
         if it ends in a self tail call (a jump: no value comes back here)."""
-        blocks = [[group for group in schedule(list(block.bindings))] for block in seq.blocks]
+        blocks = [self.module.readbacks[block] for block in seq.blocks]
         tail_binding = self._tail_binding(blocks, seq.body) if tail else None
         jumped = False
         for groups in blocks:
@@ -370,12 +277,12 @@ class _FunctionCodegen:
             self.bind(var, reg)
             ty = binding.ty
             if isinstance(ty, relax.TensorType) and ty.shape is not None:
-                self._bind_sizes(ty.shape.values, reg, True)
+                self.sizes.bind_sizes(ty.shape.values, reg, True)
             elif isinstance(ty, relax.ShapeType) and ty.values is not None:
-                self._bind_sizes(ty.values, reg, False)
+                self.sizes.bind_sizes(ty.values, reg, False)
                 if all(isinstance(v, tirx.Var) for v in ty.values):
                     # The same shape, asked for later, is this register.
-                    self.scope.put(("shape", tuple(key(v) for v in ty.values)), reg)
+                    self.cache.put(("shape", tuple(key(v) for v in ty.values)), reg)
             return
         if is_tensor_const(value):
             self.consts[key(var)] = value
@@ -405,7 +312,7 @@ class _FunctionCodegen:
         fb = self.fb
         cond = node.cond
         if is_prim(cond):
-            flag = self.prim(cond)
+            flag = self.sizes.prim(cond)
         else:
             flag = fb.reg()
             fb.readback([flag], [self.tensor(cond, HOST)])
@@ -415,10 +322,8 @@ class _FunctionCodegen:
         for body, label in ((node.true_branch, None), (node.false_branch, otherwise)):
             if label is not None:
                 fb.place(label)
-            outer = self.scope
-            self.scope = _Scope(outer)
-            value = self.seq(body, tail)
-            self.scope = outer
+            with self.cache.branch():
+                value = self.seq(body, tail)
             if value is None:
                 continue
             returns = True
@@ -448,22 +353,22 @@ class _FunctionCodegen:
                 self.readbacks([binding])
                 return None
             if name == "vm.builtin.shape_of":
-                return self._shape_of(self.value(call.args[0]))
+                return self.sizes.shape_of(self.value(call.args[0]))
             self.kernel(binding, name, call.args)
             return None
         name = op.name
         if name == ALLOC_TENSOR:
             shape, dtype = call.args[0], call.args[1]
-            slot = self.placement.slot.get(key(binding.var), DEVICE)
-            return fb.alloc_tensor(HOST if self.module.all_host else slot, self.value(shape), str(dtype.value))
-        if name in _KILLS:
+            slot = self.placement.var_slot(binding.var, self.placement.policy.compute)
+            return fb.alloc_tensor(slot, self.value(shape), str(dtype.value))
+        if name in KILLS:
             self.kill(call.args[0])
             return None
         if name == "relax.tensor_to_shape":
             self.readbacks([binding])
             return None
         if name == "relax.shape_of":
-            return self._shape_of(self.value(call.args[0]))
+            return self.sizes.shape_of(self.value(call.args[0]))
         if name == "relax.null_value":
             return fb.reg()
         raise CodegenError(f"op '{name}' was not lowered to kernels (is it supported by TVM's LegalizeOps?)")
@@ -475,7 +380,7 @@ class _FunctionCodegen:
         regs = []
         for i, (param, arg) in enumerate(zip(callee.params, args)):
             if isinstance(param.ty, relax.TensorType) and (isinstance(arg, relax.Var) or is_tensor_const(arg)):
-                regs.append(self.tensor(arg, self.module.param_slot(name, i)))
+                regs.append(self.tensor(arg, self.module.placement.param_slot(name, i)))
             else:
                 regs.append(self.value(arg))
         return regs
@@ -498,7 +403,7 @@ class _FunctionCodegen:
 
     def kernel(self, binding, name: str, args, prim_func: bool = False) -> None:
         """Invokes kernel ``name`` (a PrimFunc of the module, or a tvm-ffi global function)."""
-        slot = self.placement.kernel_slot.get(key(binding), DEVICE)
+        slot = self.placement.kernel(binding)
         regs = []
         for a in args:
             if (isinstance(a, relax.Var) or is_tensor_const(a)) and isinstance(a.ty, relax.TensorType):
@@ -527,7 +432,7 @@ class _FunctionCodegen:
 
 
 def _is_kill(value) -> bool:
-    return isinstance(value, relax.Call) and getattr(value.op, "name", None) in _KILLS
+    return isinstance(value, relax.Call) and getattr(value.op, "name", None) in KILLS
 
 
 def _unique(name: str, taken) -> str:

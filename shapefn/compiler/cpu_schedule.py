@@ -2,8 +2,8 @@
 
 Legalized, ``matmul`` is one block over (rows, columns, k) with k innermost:
 each output element walks a column of the weight, a stride of a whole row
-per step, and the kernel runs at well under a GFLOP/s (Faster R-CNN's box
-head: 18 s of its 20 s). Here the one reduction block of a kernel (other
+per step, and the kernel runs far below the machine's speed (Faster R-CNN's
+box head spent most of its time there: docs/bench/compiler.md). Here the one reduction block of a kernel (other
 blocks, such as a convolution's padding or a fused epilogue, are left as
 they are) becomes: the last-but-one spatial loop in tiles of ``_ROWS``,
 parallel over tiles; the last spatial loop innermost, in vectors of up to 64

@@ -1,8 +1,9 @@
 """Evaluates at compile time the kernels whose inputs are all constants.
 
 TVM's ``FoldConstant`` does the same, but compiles each kernel it folds on
-the spot, one at a time and uncached: in SSD-lite about 300 kernels of
-weight arithmetic, half the time of lowering. Here they are compiled together
+the spot, one at a time and uncached: SSD-lite has hundreds of kernels of
+weight arithmetic, a large part of its lowering time (docs/bench/compiler.md).
+Here they are compiled together
 through the kernel cache (in parallel, and not at all on a second compile),
 then run in program order. TVM's pass still runs afterwards, for what it
 folds without compiling (shapes of constants) and to drop the bindings left

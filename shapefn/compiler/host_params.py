@@ -27,8 +27,18 @@ import tvm
 from tvm import relax, tirx
 
 from ..registry import data_dependence
-from .placement import (ALLOC_TENSOR, HOST, SMALL_ELEMENTS, all_bindings, is_small_tensor, is_tensor_const, key,
-                        place)
+from .placement import (
+    ALLOC_TENSOR,
+    HOST,
+    ON_DEVICE,
+    SMALL_ELEMENTS,
+    PlacementPolicy,
+    all_bindings,
+    is_small_tensor,
+    is_tensor_const,
+    key,
+    place,
+)
 from .shape_calls import SHAPE_FUNC, TO_HOST, VIEW
 
 # Uses of a tensor that read it where it is (the host, for a host parameter).
@@ -38,11 +48,12 @@ _READS = {"relax.shape_of", "relax.memory.kill_tensor", "relax.vm.kill_object", 
 _SHAPE_READS = {"relax.tensor_to_shape"}
 
 
-def plan(mod: tvm.IRModule, all_host: bool) -> dict[str, frozenset[int]]:
+def plan(mod: tvm.IRModule, policy: PlacementPolicy = ON_DEVICE) -> dict[str, frozenset[int]]:
     """The indices of each Relax function's host parameters (functions
-    without any are left out). ``main``'s parameters are the caller's
-    inputs and stay where the VM's caller puts them."""
-    if all_host:
+    without any are left out; none at all when ``policy`` puts everything
+    on the host). ``main``'s parameters are the caller's inputs and stay
+    where the VM's caller puts them."""
+    if policy.all_on_host:
         return {}
     out = {}
     for gv, func in mod.functions.items():
@@ -60,7 +71,7 @@ def _host_params(gv: relax.GlobalVar, func: relax.Function, mod: tvm.IRModule) -
     # the device drop out, which may move other uses back to the device:
     # repeat until no candidate drops.
     while candidates:
-        placement = place(func, mod, all_host=False, host_params=frozenset(candidates))
+        placement = place(func, mod, ON_DEVICE, host_params=frozenset(candidates))
         kept = {i for i in candidates if _all_uses_on_host(func, i, gv, placement, mod)}
         if kept == candidates:
             break

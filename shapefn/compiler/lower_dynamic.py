@@ -20,8 +20,10 @@ import tvm
 import tvm_ffi
 from tvm import relax, tirx
 
-from .. import kernels
-from . import count_kernels, dyn_kernels
+from .kernels import count as count_kernels
+from .kernels import dynamic as dynamic_kernels
+from .kernels.concat import sequential_concat
+from .kernels.slicing import strided_slice
 from .shape_calls import emit_count, emit_shape, emit_view
 from .target_schedule import kernel_form
 
@@ -177,7 +179,7 @@ class _Lowering(relax.PyExprMutator):
         dims = list(tensors[0].ty.shape.values)
         dims[axis] = sum((t.ty.shape.values[axis] for t in tensors[1:]), dims[axis])
         kernel = self._kernel(f"shapefn_concat_{len(tensors)}x{ndim}d_{axis}_{dtype}",
-                              kernels.concat(len(tensors), ndim, axis, dtype))
+                              kernel_form(sequential_concat, self._gpu)(len(tensors), ndim, axis, dtype))
         return relax.call_tir(kernel, tensors, relax.TensorType(dims, dtype))
 
     def _strided_slice(self, call: relax.Call) -> relax.Expr:
@@ -188,7 +190,7 @@ class _Lowering(relax.PyExprMutator):
                              prefix="slice")
         begin, strides = (v if _dtype(v) == "int64" else bb.emit(relax.op.astype(v, "int64"))
                           for v in (begin, strides))
-        kernel = self._kernel(f"shapefn_strided_slice_{ndim}d_{dtype}", kernels.strided_slice(ndim, dtype))
+        kernel = self._kernel(f"shapefn_strided_slice_{ndim}d_{dtype}", strided_slice(ndim, dtype))
         return relax.call_tir(kernel, [data, begin, strides], relax.TensorType(dims, dtype))
 
     def _from_runtime_shape(self, call: relax.Call, name: str) -> relax.Expr:
@@ -340,12 +342,12 @@ def _gpu_topk(name: str, func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc | None:
     """The GPU form of a top-k kernel ``shapefn.ops.topk`` put in the module
     (recognised by its name, confirmed by its structure), if there is one."""
     match = _TOPK_NAME.fullmatch(name)
-    gpu_form = kernel_form(dyn_kernels.topk, gpu=True)
-    if match is None or gpu_form is dyn_kernels.topk:
+    gpu_form = kernel_form(dynamic_kernels.topk, gpu=True)
+    if match is None or gpu_form is dynamic_kernels.topk:
         return None
     ndim, axis, dtype, largest, is_sorted = match.groups()
     args = (int(ndim), int(axis), dtype, largest == "1", is_sorted == "1")
-    if not tvm_ffi.structural_equal(func, dyn_kernels.topk(*args)):
+    if not tvm_ffi.structural_equal(func, dynamic_kernels.topk(*args)):
         return None
     return gpu_form(*args)
 

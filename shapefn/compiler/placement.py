@@ -10,11 +10,17 @@ A kernel written for GPU threads runs on the device whatever its inputs,
 unless it has a host form (shapefn's GPU kernel forms name their CPU forms,
 ``target_schedule.host_form``).
 
+Where tensor compute goes is a policy (``PlacementPolicy``): ``ON_DEVICE``
+for a device, ``ALL_ON_HOST`` when the host is the device (nothing is ever
+copied then). ``place_module`` runs the pass over every Relax function of a
+module; code generation reads its result and decides nothing itself.
+
 Runs on Relax after TVM's ``CallTIRRewrite``: kernels are calls of PrimFuncs
 with explicit output tensors allocated just before.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import tvm
@@ -65,13 +71,77 @@ def is_integer_tensor(ty) -> bool:
     return dtype.startswith("int") or dtype.startswith("uint") or dtype == "bool"
 
 
+@dataclass(frozen=True)
+class PlacementPolicy:
+    """Where work goes: ``compute`` is the slot of tensor compute, of
+    constants and of parameters (but host parameters); integer work on host
+    values stays on the host under any policy. With ``compute`` on the host,
+    every value is on the host and nothing is copied."""
+
+    compute: str
+
+    @property
+    def all_on_host(self) -> bool:
+        return self.compute == HOST
+
+
+ON_DEVICE = PlacementPolicy(DEVICE)
+ALL_ON_HOST = PlacementPolicy(HOST)
+
+
+def policy_for(device: str) -> PlacementPolicy:
+    """The policy for a VM on ``device``: the host device runs everything on the host."""
+    return ALL_ON_HOST if device == "host" else ON_DEVICE
+
+
 @dataclass
 class Placement:
-    """Slot of each tensor-valued var (HOST, DEVICE, or absent if unknown) and
-    of each kernel call binding."""
+    """Slot of each tensor-valued var and of each kernel call binding of one
+    function. A var the pass did not place (a call's result, a tuple item)
+    is on the host under a policy that puts everything there, else unknown."""
 
+    policy: PlacementPolicy = ON_DEVICE
     slot: dict[int, str] = field(default_factory=dict)
     kernel_slot: dict[int, str] = field(default_factory=dict)
+
+    def var_slot(self, var, default: str | None = None) -> str | None:
+        """Where ``var`` lives; ``default`` if the pass did not place it."""
+        if self.policy.all_on_host:
+            return HOST
+        return self.slot.get(key(var), default)
+
+    def kernel(self, binding) -> str:
+        """Where the kernel call ``binding`` runs."""
+        return self.kernel_slot.get(key(binding), self.policy.compute)
+
+
+@dataclass
+class ModulePlacement:
+    """The placement of every Relax function of a module (by name) and where
+    each function takes its tensor parameters."""
+
+    policy: PlacementPolicy
+    functions: dict[str, Placement]
+    host_params: Mapping[str, frozenset[int]] = field(default_factory=dict)
+
+    def __getitem__(self, func_name: str) -> Placement:
+        return self.functions[func_name]
+
+    def param_slot(self, func_name: str, index: int) -> str:
+        """Where function ``func_name`` takes its tensor parameter ``index``."""
+        if index in self.host_params.get(func_name, ()):
+            return HOST
+        return self.policy.compute
+
+
+def place_module(mod: tvm.IRModule, policy: PlacementPolicy,
+                 host_params: Mapping[str, frozenset[int]] | None = None) -> ModulePlacement:
+    """The placement pass: every Relax function of ``mod`` placed under
+    ``policy``, with the host parameters ``host_params.plan`` chose."""
+    host_params = dict(host_params or {})
+    functions = {gv.name_hint: place(func, mod, policy, host_params.get(gv.name_hint, frozenset()))
+                 for gv, func in mod.functions.items() if isinstance(func, relax.Function)}
+    return ModulePlacement(policy, functions, host_params)
 
 
 def all_bindings(expr: relax.Expr):
@@ -87,14 +157,15 @@ def all_bindings(expr: relax.Expr):
                     yield from all_bindings(value.false_branch)
 
 
-def place(func: relax.Function, mod: tvm.IRModule, all_host: bool,
+def place(func: relax.Function, mod: tvm.IRModule, policy: PlacementPolicy = ON_DEVICE,
           host_params: frozenset[int] = frozenset()) -> Placement:
-    """Places ``func``'s tensors; the parameters at ``host_params`` are on
-    the host (``host_params.py``), the others on the device."""
-    p = Placement()
+    """Places ``func``'s tensors under ``policy``; the parameters at
+    ``host_params`` are on the host (``host_params.py``), the others where
+    the policy puts compute."""
+    p = Placement(policy)
     for i, param in enumerate(func.params):
         if isinstance(param.ty, relax.TensorType):
-            p.slot[key(param)] = HOST if all_host or i in host_params else DEVICE
+            p.slot[key(param)] = HOST if i in host_params else policy.compute
     allocated: set[int] = set()
     written: set[int] = set()
     constants: set[int] = set()
@@ -141,7 +212,7 @@ def place(func: relax.Function, mod: tvm.IRModule, all_host: bool,
         output_keys = {key(o) for o in outputs}
         inputs = [a for a in value.args if (isinstance(a, relax.Var) or is_tensor_const(a))
                   and key(a) not in output_keys and isinstance(a.ty, relax.TensorType)]
-        on_host = all_host or (
+        on_host = policy.all_on_host or (
             is_prim_func and outputs
             and all(is_integer_tensor(o.ty) or is_small_tensor(o.ty) for o in outputs)
             and all(is_tensor_const(a) or key(a) in constants or p.slot.get(key(a)) == HOST

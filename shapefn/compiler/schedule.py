@@ -6,6 +6,10 @@ would cost one sync per class. This list scheduler keeps every dependency but
 runs all other ready work first and issues the readbacks that are ready at
 the same time as one group: one sync per phase of the graph.
 
+``schedule_module`` is the pass: every binding block of every Relax
+function of a module (If branches included) as its emission groups, which
+code generation emits in order, a group of readbacks as one instruction.
+
 Dependencies: a binding follows the bindings that define the vars and size
 variables it uses; a kernel writing its freshly allocated outputs, and a kill
 freeing a value, follow every earlier reader of them. Readers of the same
@@ -14,7 +18,9 @@ value are not ordered among themselves.
 from __future__ import annotations
 
 import heapq
+from dataclasses import dataclass, field
 
+import tvm
 from tvm import relax
 
 from .placement import key
@@ -32,7 +38,8 @@ def is_readback(binding) -> bool:
             or isinstance(op, relax.ExternFunc) and op.global_symbol == TO_HOST)
 
 
-_KILLS = {"relax.memory.kill_tensor", "relax.memory.kill_storage", "relax.vm.kill_object"}
+# Ops that free a value.
+KILLS = {"relax.memory.kill_tensor", "relax.memory.kill_storage", "relax.vm.kill_object"}
 
 
 def _writes(binding, allocated: set[int]) -> set[int]:
@@ -41,7 +48,7 @@ def _writes(binding, allocated: set[int]) -> set[int]:
     value = binding.value
     if not isinstance(value, relax.Call):
         return set()
-    if getattr(value.op, "name", None) in _KILLS:
+    if getattr(value.op, "name", None) in KILLS:
         return {key(value.args[0])}
     if isinstance(value.op, (relax.GlobalVar, relax.ExternFunc)):
         out = {key(a) for a in value.args if isinstance(a, relax.Var) and key(a) in allocated}
@@ -119,3 +126,32 @@ def schedule(bindings) -> list[list]:
     if sum(len(g) for g in groups) != n:
         raise RuntimeError("shapefn scheduler lost bindings (a dependency cycle?)")
     return groups
+
+
+@dataclass
+class ReadbackSchedule:
+    """The emission groups of each binding block of a module (by the block's
+    identity, ``placement.key``)."""
+
+    groups: dict[int, list[list]] = field(default_factory=dict)
+
+    def __getitem__(self, block: relax.BindingBlock) -> list[list]:
+        return self.groups[key(block)]
+
+
+def schedule_module(mod: tvm.IRModule) -> ReadbackSchedule:
+    """The readback-scheduling pass over every Relax function of ``mod``."""
+    out = ReadbackSchedule()
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            _schedule_seq(func.body, out)
+    return out
+
+
+def _schedule_seq(seq: relax.SeqExpr, out: ReadbackSchedule) -> None:
+    for block in seq.blocks:
+        out.groups[key(block)] = schedule(list(block.bindings))
+        for binding in block.bindings:
+            if isinstance(binding.value, relax.If):
+                _schedule_seq(binding.value.true_branch, out)
+                _schedule_seq(binding.value.false_branch, out)

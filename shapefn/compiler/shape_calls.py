@@ -12,7 +12,7 @@ shapes. Each is a packed call the code generator maps onto VM instructions:
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import tvm
 from tvm import relax, tirx

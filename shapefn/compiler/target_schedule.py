@@ -35,7 +35,8 @@ import tvm_ffi
 from tvm import ir, s_tir, tirx
 from tvm.s_tir import dlight
 
-from . import cpu_schedule, gpu_kernels
+from . import cpu_schedule
+from .kernels import gpu as gpu_kernels
 
 GPU_KINDS = frozenset({"cuda", "rocm", "opencl", "vulkan", "metal"})
 # Part of every GPU build's kernel keys: a change to the rules, the
@@ -89,7 +90,7 @@ def version(target: tvm.target.Target) -> str:
 
 def kernel_form(cpu_form: Callable[..., tirx.PrimFunc], gpu: bool) -> Callable[..., tirx.PrimFunc]:
     """The generator of a shapefn kernel for the target: for a GPU target,
-    ``cpu_form``'s namesake in ``gpu_kernels`` (same parameters and buffer
+    ``cpu_form``'s namesake in ``kernels.gpu`` (same parameters and buffer
     signature, thread bindings of its own) when there is one, its kernels
     naming their CPU form (``HOST_FORM``) for a copy placed on the host;
     else ``cpu_form`` (which, on a GPU, gets the single-thread form).

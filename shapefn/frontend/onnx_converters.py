@@ -33,7 +33,7 @@ def converter(op_type: str, takes_scalars: bool = False):
 
 
 # ---- helpers -------------------------------------------------------------------
-def _const_value(importer, expr) -> np.ndarray | None:
+def const_value(importer, expr) -> np.ndarray | None:
     """The value of ``expr`` if it is known at import time."""
     if expr is None:
         return None
@@ -49,7 +49,7 @@ def _const_value(importer, expr) -> np.ndarray | None:
     return None
 
 
-def _tensor(bb: relax.BlockBuilder, expr, dtype: str | None = None):
+def as_tensor(bb: relax.BlockBuilder, expr, dtype: str | None = None):
     """``expr`` as a tensor (shapes become int64 vectors, scalars 0-d
     tensors), cast to ``dtype``."""
     if isinstance(expr.ty, relax.ShapeType):
@@ -86,11 +86,12 @@ def _absent(importer, expr) -> bool:
     """An optional input that is missing or an empty constant."""
     if expr is None:
         return True
-    value = _const_value(importer, expr)
+    value = const_value(importer, expr)
     return value is not None and value.size == 0
 
 
-def _ndim(expr) -> int:
+def ndim_of(expr) -> int:
+    """The rank of a tensor expression; a shape counts as a 1-D tensor."""
     ty = expr.ty
     if isinstance(ty, relax.ShapeType):
         return 1
@@ -109,7 +110,8 @@ def _length(expr) -> int:
     return int(ty.shape.values[0])
 
 
-def _str(value, default: str) -> str:
+def str_attr(value, default: str) -> str:
+    """A string attribute of an ONNX node (bytes decoded), ``default`` if absent."""
     if value is None:
         return default
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -119,16 +121,16 @@ def _str(value, default: str) -> str:
 @converter("Reshape")
 def reshape(importer, inputs, attrs, opset):
     bb = importer.bb
-    data, shape = _tensor(bb, inputs[0]), inputs[1]
+    data, shape = as_tensor(bb, inputs[0]), inputs[1]
     known_shape = isinstance(data.ty, relax.TensorType) and data.ty.shape is not None
     if isinstance(shape, relax.ShapeExpr) and known_shape and not attrs.get("allowzero", 0):
         # ONNX: a literal 0 copies the input's dimension (Relax would read it as 0).
         dims = data.ty.shape.values
         shape = relax.ShapeExpr([dims[i] if _is_int(v, 0) and i < len(dims) else v
                                  for i, v in enumerate(shape.values)])
-    if isinstance(shape, relax.ShapeExpr) or (known_shape and _const_value(importer, shape) is not None):
-        return _tvm_converter(importer, "Reshape", [data, shape], attrs, opset)
-    shape = _tensor(bb, shape, "int64")
+    if isinstance(shape, relax.ShapeExpr) or (known_shape and const_value(importer, shape) is not None):
+        return tvm_converter(importer, "Reshape", [data, shape], attrs, opset)
+    shape = as_tensor(bb, shape, "int64")
     (dims,) = emit_shape(bb, "relax.reshape", [data, shape], [_length(shape)], [attrs.get("allowzero", 0)],
                          prefix="reshape")
     return relax.op.reshape(data, relax.ShapeExpr(dims))
@@ -146,8 +148,8 @@ def expand(importer, inputs, attrs, opset):
     static = _static_broadcast(data, _shape_values(importer, inputs[1]))
     if static is not None:
         return relax.op.broadcast_to(data, relax.ShapeExpr(static))
-    shape = _tensor(bb, inputs[1], "int64")
-    ndim = max(_ndim(data), _length(shape))
+    shape = as_tensor(bb, inputs[1], "int64")
+    ndim = max(ndim_of(data), _length(shape))
     (dims,) = emit_shape(bb, "relax.broadcast_to", [data, shape], [ndim], [1], prefix="expand")
     return relax.op.broadcast_to(data, relax.ShapeExpr(dims))
 
@@ -156,7 +158,7 @@ def _shape_values(importer, expr) -> list | None:
     """The values of a 1-D int64 shape known at import time, symbolic or not."""
     if isinstance(expr, relax.ShapeExpr):
         return list(expr.values)
-    value = _const_value(importer, expr)
+    value = const_value(importer, expr)
     if value is None or value.ndim != 1 or value.dtype != np.int64:
         return None
     return [tvm.tirx.IntImm("int64", int(v)) for v in value]
@@ -198,12 +200,12 @@ def constant_of_shape(importer, inputs, attrs, opset):
     value = attrs.get("value")
     fill = onnx_numpy(value) if value is not None else np.zeros(1, np.float32)
     fill_const = relax.const(fill.reshape(()), str(fill.dtype))
-    known = _const_value(importer, shape)
+    known = const_value(importer, shape)
     if known is not None:
         return relax.op.full(relax.ShapeExpr([int(d) for d in known]), fill_const, str(fill.dtype))
     if isinstance(shape, relax.ShapeExpr):
         return relax.op.full(shape, fill_const, str(fill.dtype))
-    shape = _tensor(bb, shape, "int64")
+    shape = as_tensor(bb, shape, "int64")
     (dims,) = emit_shape(bb, "relax.full", [fill_const, shape], [_length(shape)], prefix="full")
     return relax.op.full(relax.ShapeExpr(dims), fill_const, str(fill.dtype))
 
@@ -217,43 +219,43 @@ def onnx_numpy(tensor_proto) -> np.ndarray:
 @converter("Tile")
 def tile(importer, inputs, attrs, opset):
     repeats = inputs[1]
-    if _const_value(importer, repeats) is not None:
+    if const_value(importer, repeats) is not None:
         return NotImplemented
-    return ops.tile(importer.bb, inputs[0], _tensor(importer.bb, repeats, "int64"))
+    return ops.tile(importer.bb, inputs[0], as_tensor(importer.bb, repeats, "int64"))
 
 
 @converter("Range", takes_scalars=True)
 def range_(importer, inputs, attrs, opset):
-    if all(_const_value(importer, v) is not None for v in inputs):
+    if all(const_value(importer, v) is not None for v in inputs):
         return NotImplemented
     bb = importer.bb
     dtype = str(inputs[0].ty.dtype) if isinstance(inputs[0].ty, relax.TensorType) else "int64"
-    start, limit, delta = (_tensor(bb, v, dtype) for v in inputs)
+    start, limit, delta = (as_tensor(bb, v, dtype) for v in inputs)
     return ops.arange(bb, start, limit, delta, dtype)
 
 
 @converter("TopK")
 def topk(importer, inputs, attrs, opset):
-    if opset < 10 or _const_value(importer, inputs[1]) is not None:
+    if opset < 10 or const_value(importer, inputs[1]) is not None:
         return NotImplemented
     bb = importer.bb
-    values, indices = ops.topk(bb, inputs[0], _tensor(bb, inputs[1], "int64"), axis=attrs.get("axis", -1),
+    values, indices = ops.topk(bb, inputs[0], as_tensor(bb, inputs[1], "int64"), axis=attrs.get("axis", -1),
                                largest=bool(attrs.get("largest", 1)), sorted=True)
     return relax.Tuple([values, indices])
 
 
 @converter("Pad")
 def pad(importer, inputs, attrs, opset):
-    if opset < 11 or (_const_value(importer, inputs[1]) is not None
+    if opset < 11 or (const_value(importer, inputs[1]) is not None
                       and (len(inputs) < 3 or _absent(importer, inputs[2])
-                           or _const_value(importer, inputs[2]) is not None)):
+                           or const_value(importer, inputs[2]) is not None)):
         return NotImplemented
     bb = importer.bb
     data = inputs[0]
     dtype = str(data.ty.dtype)
     value = inputs[2] if len(inputs) > 2 and not _absent(importer, inputs[2]) else relax.const(0, dtype)
-    return ops.pad(bb, data, _tensor(bb, inputs[1], "int64"), _tensor(bb, value, dtype),
-                   mode=_str(attrs.get("mode"), "constant"))
+    return ops.pad(bb, data, as_tensor(bb, inputs[1], "int64"), as_tensor(bb, value, dtype),
+                   mode=str_attr(attrs.get("mode"), "constant"))
 
 
 @converter("Resize")
@@ -266,27 +268,27 @@ def resize(importer, inputs, attrs, opset):
     data = inputs[0]
     scales = inputs[2] if len(inputs) > 2 else None
     sizes = inputs[3] if len(inputs) > 3 else None
-    if _ndim(data) != 4:
+    if ndim_of(data) != 4:
         return NotImplemented
     if not _absent(importer, sizes):
-        size = _tensor(bb, sizes, "int64")
+        size = as_tensor(bb, sizes, "int64")
     elif not _absent(importer, scales):
         # ONNX: output = floor(input * scale), per dimension.
         shape = bb.emit(relax.op.astype(bb.emit(relax.op.shape_to_tensor(bb.emit(relax.op.shape_of(data)))),
                                         "float32"))
-        scaled = bb.emit(relax.op.floor(bb.emit(relax.op.multiply(shape, _tensor(bb, scales, "float32")))))
+        scaled = bb.emit(relax.op.floor(bb.emit(relax.op.multiply(shape, as_tensor(bb, scales, "float32")))))
         size = bb.emit(relax.op.astype(scaled, "int64"))
     else:
         raise ValueError("Resize needs scales or sizes")
     hw = bb.emit(relax.op.strided_slice(size, axes=[0], begin=[2], end=[4]))
     return ops.resize2d(
-        bb, data, hw, layout="NCHW", method=_str(attrs.get("mode"), "nearest"),
-        coordinate_transformation_mode=_str(attrs.get("coordinate_transformation_mode"), "half_pixel"),
-        rounding_method=_str(attrs.get("nearest_mode"), "round_prefer_floor"),
+        bb, data, hw, layout="NCHW", method=str_attr(attrs.get("mode"), "nearest"),
+        coordinate_transformation_mode=str_attr(attrs.get("coordinate_transformation_mode"), "half_pixel"),
+        rounding_method=str_attr(attrs.get("nearest_mode"), "round_prefer_floor"),
         cubic_alpha=float(attrs.get("cubic_coeff_a", -0.75)), cubic_exclude=int(attrs.get("exclude_outside", 0)))
 
 
-def _tvm_converter(importer, op_type: str, inputs, attrs, opset):
+def tvm_converter(importer, op_type: str, inputs, attrs, opset):
     """TVM's own converter of ``op_type``."""
     from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 
@@ -304,7 +306,7 @@ def squeeze(importer, inputs, attrs, opset):
     if not isinstance(ty, relax.TensorType) or ty.shape is None:
         return NotImplemented
     if opset >= 13 and len(inputs) > 1 and inputs[1] is not None:
-        axes = _const_value(importer, inputs[1])
+        axes = const_value(importer, inputs[1])
         if axes is None:
             return NotImplemented
         axes = [int(a) for a in axes]
@@ -318,7 +320,7 @@ def squeeze(importer, inputs, attrs, opset):
         return NotImplemented
     dims = [tvm.tirx.IntImm("int64", 1) if i in axes else d for i, d in enumerate(dims)]
     cast = importer.bb.match_cast(data, relax.TensorType(dims, ty.dtype))
-    return _tvm_converter(importer, "Squeeze", [cast, *inputs[1:]], attrs, opset)
+    return tvm_converter(importer, "Squeeze", [cast, *inputs[1:]], attrs, opset)
 
 
 @converter("Concat", takes_scalars=True)
@@ -344,7 +346,7 @@ def concat(importer, inputs, attrs, opset):
         if isinstance(v.ty, tvm.ir.PrimType):
             v = bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr([v])))
         else:
-            v = _tensor(bb, v)
+            v = as_tensor(bb, v)
         if v.ty.ndim == 0:
             v = bb.emit(relax.op.reshape(v, [1]))
         tensors.append(v)
@@ -358,7 +360,7 @@ def _concat_tensors(importer, tensors, attrs, opset):
     has one (GatherND needs its index tuples' length), the first input's
     otherwise, the sum along the axis."""
     bb = importer.bb
-    result = bb.normalize(_tvm_converter(importer, "Concat", tensors, attrs, opset))
+    result = bb.normalize(tvm_converter(importer, "Concat", tensors, attrs, opset))
     ty = result.ty
     if not isinstance(ty, relax.TensorType) or ty.shape is not None or ty.ndim < 1 \
             or any(t.ty.shape is None or t.ty.ndim != ty.ndim for t in tensors):
@@ -406,7 +408,7 @@ def non_max_suppression(importer, inputs, attrs, opset):
         value = inputs[i] if len(inputs) > i else None
         if _absent(importer, value):
             return relax.const(np.full([1], default, dtype), dtype)
-        return _tensor(bb, value, dtype)
+        return as_tensor(bb, value, dtype)
 
     if attrs.get("center_point_box", 0):
         # [x_center, y_center, width, height] -> corners (the IoU test is symmetric in x and y).
@@ -428,9 +430,9 @@ def _variadic(binary_op):
         and rejects sizes it cannot relate (``N`` and ``M``, equal or 1 only
         at run time, as batched NMS's boxes and offsets are)."""
         values = [v for v in inputs if v is not None]
-        if all(_const_value(importer, v) is not None for v in values):
+        if all(const_value(importer, v) is not None for v in values):
             return NotImplemented
-        values = [_tensor(importer.bb, v) for v in values]
+        values = [as_tensor(importer.bb, v) for v in values]
         result = values[0]
         for value in values[1:]:
             result = importer.bb.normalize(binary_op(result, value))
@@ -466,4 +468,4 @@ def equal(importer, inputs, attrs, opset):
                 break
         else:
             return relax.const(np.array(decided, bool), "bool")
-    return relax.op.equal(_tensor(importer.bb, a), _tensor(importer.bb, b))
+    return relax.op.equal(as_tensor(importer.bb, a), as_tensor(importer.bb, b))

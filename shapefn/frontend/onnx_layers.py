@@ -11,7 +11,7 @@ import tvm
 from tvm import relax
 
 from .. import ops
-from .onnx_converters import _ndim, _str, _tensor, _tvm_converter, converter
+from .onnx_converters import as_tensor, converter, ndim_of, str_attr, tvm_converter
 
 
 @converter("BatchNormalization")
@@ -22,7 +22,7 @@ def batch_normalization(importer, inputs, attrs, opset):
     if not attrs.get("training_mode", 0):
         return NotImplemented
     attrs = {**attrs, "momentum": 1 - attrs.get("momentum", 0.9)}
-    return _tvm_converter(importer, "BatchNormalization", inputs, attrs, opset)
+    return tvm_converter(importer, "BatchNormalization", inputs, attrs, opset)
 
 
 @converter("LayerNormalization")
@@ -33,9 +33,9 @@ def layer_normalization(importer, inputs, attrs, opset):
         return NotImplemented
     bb = importer.bb
     data = inputs[0]
-    normalized = bb.normalize(_tvm_converter(importer, "LayerNormalization", inputs, attrs, opset))
+    normalized = bb.normalize(tvm_converter(importer, "LayerNormalization", inputs, attrs, opset))
     y = normalized.fields[0] if isinstance(normalized, relax.Tuple) else bb.emit(relax.TupleGetItem(normalized, 0))
-    ndim = _ndim(data)
+    ndim = ndim_of(data)
     axes = list(range(attrs.get("axis", -1) % ndim, ndim))
     return relax.Tuple([y, *_normalization_statistics(bb, data, axes, attrs.get("epsilon", 1e-5))])
 
@@ -55,13 +55,13 @@ def skip_layer_normalization(importer, inputs, attrs, opset):
     y = bb.emit(relax.op.nn.layer_norm(total, gamma, beta, [-1], epsilon))
     if attrs["tvm_custom"]["num_outputs"] == 1:
         return y
-    return relax.Tuple([y, *_normalization_statistics(bb, total, [_ndim(total) - 1], epsilon), total])
+    return relax.Tuple([y, *_normalization_statistics(bb, total, [ndim_of(total) - 1], epsilon), total])
 
 
 def _normalization_statistics(bb, data, axes, epsilon) -> tuple:
     """Mean and 1 / sqrt(variance + epsilon) over ``axes`` (kept as size 1),
     in float32, as ONNX's normalizations define their optional outputs."""
-    x = _tensor(bb, data, "float32")
+    x = as_tensor(bb, data, "float32")
     mean = bb.emit(relax.op.mean(x, axes, keepdims=True))
     centered = bb.emit(relax.op.subtract(x, mean))
     variance = bb.emit(relax.op.mean(bb.emit(relax.op.multiply(centered, centered)), axes, keepdims=True))
@@ -83,7 +83,7 @@ def max_pool(importer, inputs, attrs, opset):
     padded first, by amounts computed from its size at run time."""
     data = inputs[0]
     ty = data.ty
-    mode = _str(attrs.get("auto_pad"), "NOTSET")
+    mode = str_attr(attrs.get("auto_pad"), "NOTSET")
     same = mode in ("SAME_UPPER", "SAME_LOWER")
     if attrs["tvm_custom"]["num_outputs"] != 1 or not (same or attrs.get("ceil_mode", 0)) \
             or not isinstance(ty, relax.TensorType) or ty.shape is None or ty.ndim != 4 \

@@ -24,7 +24,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax, tirx
 
-from .onnx_converters import _const_value
+from .onnx_converters import const_value
 
 
 def _graph_free_names(graph) -> set[str]:
@@ -73,7 +73,7 @@ def _scalar(importer, value, what: str):
     """A scalar int64 PrimExpr of an ONNX scalar (or 1-element) tensor: a
     literal when known at import time, else read back (8 bytes)."""
     bb = importer.bb
-    known = _const_value(importer, value)
+    known = const_value(importer, value)
     if known is not None:
         if known.size != 1:
             raise ValueError(f"Loop: {what} must hold one value, got shape {known.shape}")

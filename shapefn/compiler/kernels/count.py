@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 
 from tvm import tirx
+from tvm.script import tirx as TS
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from shapefn.compiler import heap
-from shapefn.compiler.tir_builder import _arg, _flat_view, _i64, _local, _loops, _sizes
+from . import heap
+from .tir_builder import arg, flat_view, i64, local, loops, sizes
 
 
 # --------------------------------------------------------------------------- nonzero
@@ -29,7 +30,7 @@ def nonzero(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
     first ``ndim * count`` elements of ``out`` are the exact result. Two
     passes: count, then write.
     """
-    shape = _sizes("n", ndim)
+    shape = sizes("n", ndim)
     upper = tirx.Var("upper", "int64")
 
     def is_nonzero(value):
@@ -38,19 +39,19 @@ def nonzero(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
 
     with IRBuilder() as ib, T.prim_func():
         T.func_name("nonzero")
-        data = _arg("data", shape, dtype)
-        out = _arg("out", [ndim, upper], "int64")
-        count = _arg("count", [1], "int64")
+        data = arg("data", shape, dtype)
+        out = arg("out", [ndim, upper], "int64")
+        count = arg("count", [1], "int64")
         with T.Assert(upper >= math.prod(shape), "nonzero: out is smaller than data"):
-            flat = _flat_view(out, ndim * upper, "int64")
-            total = _local("int64", 0)
-            with _loops(shape) as idx:
+            flat = flat_view(out, ndim * upper, "int64")
+            total = local("int64", 0)
+            with loops(shape) as idx:
                 with T.If(is_nonzero(data[tuple(idx)])):
                     with T.Then():
                         total[0] = total[0] + 1
             count[0] = total[0]
-            j = _local("int64", 0)
-            with _loops(shape) as idx:
+            j = local("int64", 0)
+            with loops(shape) as idx:
                 with T.If(is_nonzero(data[tuple(idx)])):
                     with T.Then():
                         for r, i in enumerate(idx):
@@ -60,11 +61,20 @@ def nonzero(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
 
 
 # --------------------------------------------------------------------------- unique
+def unique_params(shape, numel, upper, dtype: str) -> tuple:
+    """Names the unique kernel being built and declares its parameters (the
+    GPU form's are the same): ``(data, values, first_indices, inverse,
+    counts, count)``."""
+    T.func_name("unique")
+    return (arg("data", shape, dtype), arg("values", [upper], dtype), arg("first_indices", [upper], "int64"),
+            arg("inverse", [numel], "int64"), arg("counts", [upper], "int64"), arg("count", [1], "int64"))
+
+
 def _lower_bound(sorted_buf, size, value):
     """First position in ``sorted_buf[0:size]`` whose element is not below
     ``value`` (a binary search); returns a local scalar buffer."""
-    lo = _local("int64", 0)
-    hi = _local("int64", size)
+    lo = local("int64", 0)
+    hi = local("int64", size)
     with T.While(lo[0] < hi[0]):
         mid = lo[0] + ((hi[0] - lo[0]) >> 1)
         with T.If(sorted_buf[mid] < value):
@@ -85,25 +95,19 @@ def unique(dtype: str = "float32", ndim: int = 1) -> tirx.PrimFunc:
     Sorted insertion (binary search, then a shift): O(n log u + n * u) for n
     elements and u unique values, serial. Numeric dtypes; NaNs are not supported.
     """
-    shape = _sizes("n", ndim)
-    numel = math.prod(shape) if ndim else _i64(1)
+    shape = sizes("n", ndim)
+    numel = math.prod(shape) if ndim else i64(1)
     upper = tirx.Var("upper", "int64")
     with IRBuilder() as ib, T.prim_func():
-        T.func_name("unique")
-        data = _arg("data", shape, dtype)
-        values = _arg("values", [upper], dtype)
-        first = _arg("first_indices", [upper], "int64")
-        inverse = _arg("inverse", [numel], "int64")
-        counts = _arg("counts", [upper], "int64")
-        count = _arg("count", [1], "int64")
+        data, values, first, inverse, counts, count = unique_params(shape, numel, upper, dtype)
         with T.Assert(upper >= numel, "unique: output buffers are smaller than data"):
-            flat = _flat_view(data, numel, dtype)
-            total = _local("int64", 0)
+            flat = flat_view(data, numel, dtype)
+            total = local("int64", 0)
             with T.serial(0, numel) as i:
                 v = flat[i]
                 pos = _lower_bound(values, total[0], v)
                 p = pos[0]
-                seen = _local("bool", tirx.const(False))
+                seen = local("bool", tirx.const(False))
                 with T.If(p < total[0]):
                     with T.Then():
                         seen[0] = values[p] == v
@@ -118,7 +122,7 @@ def unique(dtype: str = "float32", ndim: int = 1) -> tirx.PrimFunc:
                             counts[s + 1] = counts[s]
                         values[p] = v
                         first[p] = i
-                        counts[p] = _i64(1)
+                        counts[p] = i64(1)
                         total[0] = total[0] + 1
             count[0] = total[0]
             with T.serial(0, numel) as i:
@@ -129,12 +133,12 @@ def unique(dtype: str = "float32", ndim: int = 1) -> tirx.PrimFunc:
 def _compare_rows(a, a_row, b, b_row, width):
     """-1, 0 or 1 as row ``a_row`` of 2-d ``a`` comes before, equals or comes
     after row ``b_row`` of ``b`` in lexicographic order; a local scalar."""
-    order = _local("int64", 0)
+    order = local("int64", 0)
     with T.serial(0, width) as j:
         with T.If(order[0] == 0):
             with T.Then():
                 x, y = a[a_row, j], b[b_row, j]
-                order[0] = tirx.Select(x < y, _i64(-1), tirx.Select(y < x, _i64(1), _i64(0)))
+                order[0] = tirx.Select(x < y, i64(-1), tirx.Select(y < x, i64(1), i64(0)))
     return order
 
 
@@ -152,17 +156,17 @@ def unique_slices(dtype: str = "float32", is_sorted: bool = True) -> tirx.PrimFu
     rows, width = tirx.Var("rows", "int64"), tirx.Var("width", "int64")
     with IRBuilder() as ib, T.prim_func():
         T.func_name("unique_slices")
-        data = _arg("data", [rows, width], dtype)
-        values = _arg("values", [rows, width], dtype)
-        first = _arg("first_indices", [rows], "int64")
-        inverse = _arg("inverse", [rows], "int64")
-        counts = _arg("counts", [rows], "int64")
-        count = _arg("count", [1], "int64")
-        total = _local("int64", 0)
+        data = arg("data", [rows, width], dtype)
+        values = arg("values", [rows, width], dtype)
+        first = arg("first_indices", [rows], "int64")
+        inverse = arg("inverse", [rows], "int64")
+        counts = arg("counts", [rows], "int64")
+        count = arg("count", [1], "int64")
+        total = local("int64", 0)
 
         def find(row):
             """The first kept slice not before data row ``row`` (binary search)."""
-            lo, hi = _local("int64", 0), _local("int64", total[0])
+            lo, hi = local("int64", 0), local("int64", total[0])
             with T.While(lo[0] < hi[0]):
                 mid = lo[0] + ((hi[0] - lo[0]) >> 1)
                 with T.If(_compare_rows(values, mid, data, row, width)[0] < 0):
@@ -180,7 +184,7 @@ def unique_slices(dtype: str = "float32", is_sorted: bool = True) -> tirx.PrimFu
 
         with T.serial(0, rows) as i:
             p = find(i)[0]
-            seen = _local("bool", tirx.const(False))
+            seen = local("bool", tirx.const(False))
             with T.If(p < total[0]):
                 with T.Then():
                     seen[0] = _compare_rows(values, p, data, i, width)[0] == 0
@@ -193,7 +197,7 @@ def unique_slices(dtype: str = "float32", is_sorted: bool = True) -> tirx.PrimFu
                     with T.serial(0, width) as j:
                         values[p, j] = data[i, j]
                     first[p] = i
-                    counts[p] = _i64(1)
+                    counts[p] = i64(1)
                     total[0] = total[0] + 1
         count[0] = total[0]
         with T.serial(0, rows) as i:
@@ -202,9 +206,9 @@ def unique_slices(dtype: str = "float32", is_sorted: bool = True) -> tirx.PrimFu
             # First occurrences in increasing order: an insertion sort on
             # first_indices (u slices, u^2 / 2 moves at most), the inverse
             # renumbered through where each slice went.
-            rank = T.buffer_proxy(T.alloc_buffer((tirx.max(rows, _i64(1)),), "int64", scope="global"))
+            rank = T.buffer_proxy(T.alloc_buffer((tirx.max(rows, i64(1)),), "int64", scope="global"))
             with T.serial(0, total[0]) as u:
-                ahead = _local("int64", 0)
+                ahead = local("int64", 0)
                 with T.serial(0, total[0]) as v:
                     with T.If(first[v] < first[u]):
                         with T.Then():
@@ -232,7 +236,17 @@ def unique_slices(dtype: str = "float32", is_sorted: bool = True) -> tirx.PrimFu
 
 
 # --------------------------------------------------------------------------- NMS
-def _extents(box, center_point_box: int):
+def nms_params(batches, boxes, classes, upper) -> tuple:
+    """Names the NMS kernel being built and declares its parameters (the GPU
+    form's are the same): ``(boxes, scores, max_output_boxes_per_class,
+    iou_threshold, score_threshold, selected, count)``."""
+    T.func_name("non_max_suppression")
+    return (arg("boxes", [batches, boxes, 4], "float32"), arg("scores", [batches, classes, boxes], "float32"),
+            arg("max_output_boxes_per_class", [1], "int64"), arg("iou_threshold", [1], "float32"),
+            arg("score_threshold", [1], "float32"), arg("selected", [upper, 3], "int64"), arg("count", [1], "int64"))
+
+
+def box_extents(box, center_point_box: int):
     """``(x0, x1, y0, y1, area)`` of a box (4 loads), with onnxruntime's
     float32 operations (``SuppressByIOU``) so that decisions match bit for bit."""
     box = [T.bind(x) for x in box]
@@ -250,7 +264,7 @@ def _extents(box, center_point_box: int):
     return x0, x1, y0, y1, T.bind((x1 - x0) * (y1 - y0))
 
 
-def _suppress_if_overlapping(a, b, iou_threshold, suppressed) -> None:
+def suppress_if_overlapping(a, b, iou_threshold, suppressed) -> None:
     """Sets ``suppressed[0]`` when the IoU of extents ``a`` (a kept box) and
     ``b`` is above the threshold. Tests run in turn, most pairs failing the
     first: TIR's ``And`` would evaluate every side."""
@@ -287,25 +301,18 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
     until one suppresses it:
     O(N log N + N * kept). Selection stops when ``upper`` rows are written.
     """
-    b_, n_, c_ = _sizes("d", 3)  # batches, boxes, classes
+    b_, n_, c_ = sizes("d", 3)  # batches, boxes, classes
     upper = tirx.Var("upper", "int64")
     with IRBuilder() as ib, T.prim_func():
-        T.func_name("non_max_suppression")
-        boxes = _arg("boxes", [b_, n_, 4], "float32")
-        scores = _arg("scores", [b_, c_, n_], "float32")
-        max_out = _arg("max_output_boxes_per_class", [1], "int64")
-        iou_thr = _arg("iou_threshold", [1], "float32")
-        score_thr = _arg("score_threshold", [1], "float32")
-        selected = _arg("selected", [upper, 3], "int64")
-        count = _arg("count", [1], "int64")
+        boxes, scores, max_out, iou_thr, score_thr, selected, count = nms_params(b_, n_, c_, upper)
         # (At least one element: a zero-byte workspace request may come back null.)
-        order = T.buffer_proxy(T.alloc_buffer((tirx.max(n_, _i64(1)),), "int64", scope="global"))
+        order = T.buffer_proxy(T.alloc_buffer((tirx.max(n_, i64(1)),), "int64", scope="global"))
         # The extents of the boxes a class keeps, in order: read by every candidate.
-        kept_extents = T.buffer_proxy(T.alloc_buffer((tirx.max(n_, _i64(1)), 5), "float32", scope="global"))
+        kept_extents = T.buffer_proxy(T.alloc_buffer((tirx.max(n_, i64(1)), 5), "float32", scope="global"))
         limit, iou_threshold, threshold = max_out[0], iou_thr[0], score_thr[0]
-        total = _local("int64", 0)
-        with _loops([b_, c_]) as (b, c):
-            candidates = _local("int64", 0)
+        total = local("int64", 0)
+        with loops([b_, c_]) as (b, c):
+            candidates = local("int64", 0)
             with T.serial(0, n_) as i:
                 with T.If(scores[b, c, i] > threshold):
                     with T.Then():
@@ -323,16 +330,16 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
                 order[q] = held
 
             heap.heap_sort(before, swap, candidates[0])
-            kept = _local("int64", 0)
-            next_candidate = _local("int64", 0)
+            kept = local("int64", 0)
+            next_candidate = local("int64", 0)
             with T.While(tirx.all(next_candidate[0] < candidates[0], kept[0] < limit, total[0] < upper)):
                 box = T.bind(order[next_candidate[0]])
                 next_candidate[0] = next_candidate[0] + 1
-                extents = _extents([boxes[b, box, q] for q in range(4)], center_point_box)
-                suppressed = _local("bool", tirx.const(False))
-                t = _local("int64", 0)
+                extents = box_extents([boxes[b, box, q] for q in range(4)], center_point_box)
+                suppressed = local("bool", tirx.const(False))
+                t = local("int64", 0)
                 with T.While(tirx.And(tirx.Not(suppressed[0]), t[0] < kept[0])):
-                    _suppress_if_overlapping([kept_extents[t[0], q] for q in range(5)], extents,
+                    suppress_if_overlapping([kept_extents[t[0], q] for q in range(5)], extents,
                                              iou_threshold, suppressed)
                     t[0] = t[0] + 1
                 with T.If(tirx.Not(suppressed[0])):
@@ -346,3 +353,23 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
                         kept[0] = kept[0] + 1
         count[0] = total[0]
     return ib.get()
+
+
+def nonzero_1d(dtype: str = "float32") -> tirx.PrimFunc:
+    """Indices of the non-zero elements of a 1-D ``x`` written, compacted, to
+    the front of ``out`` (int64 [1, n], an upper bound) and their number to
+    ``count`` (int64 scalar): the count-sized kernel convention."""
+
+    @TS.prim_func
+    def func(x_handle: TS.handle, out_handle: TS.handle, count_handle: TS.handle):
+        n = TS.int64()
+        x = TS.match_buffer(x_handle, (n,), dtype)
+        out = TS.match_buffer(out_handle, (1, n), "int64")
+        count = TS.match_buffer(count_handle, (), "int64")
+        count[()] = TS.int64(0)
+        for i in range(n):
+            if x[i] != TS.Cast(dtype, 0):
+                out[0, count[()]] = i
+                count[()] = count[()] + TS.int64(1)
+
+    return func

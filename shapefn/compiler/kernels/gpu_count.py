@@ -1,4 +1,4 @@
-"""GPU forms of the count-sized kernels (``count_kernels``): nonzero,
+"""GPU forms of the count-sized kernels (``count``): nonzero,
 unique and NMS, with the CPU forms' signatures and results.
 
 Each still writes its result at the front of upper-bound outputs and the
@@ -16,10 +16,22 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from shapefn.compiler.gpu_builder import (THREADS, bitonic_pair, ceildiv, compare_exchange,
-                                          group_barrier, group_exclusive_scan, group_scan_array,
-                                          group_sort, launch, launch_per_element, strided, unravel)
-from shapefn.compiler.tir_builder import _arg, _flat_view, _i64, _local, _sizes
+from .count import box_extents, nms_params, suppress_if_overlapping, unique_params
+from .gpu_builder import (
+    THREADS,
+    bitonic_pair,
+    ceildiv,
+    compare_exchange,
+    group_barrier,
+    group_exclusive_scan,
+    group_scan_array,
+    group_sort,
+    launch,
+    launch_per_element,
+    strided,
+    unravel,
+)
+from .tir_builder import arg, flat_view, i64, local, sizes
 
 # Consecutive elements per work item in a compaction tile: fewer scans and
 # tiles than one element each.
@@ -30,7 +42,7 @@ _TILE = THREADS * _ITEMS
 # --------------------------------------------------------------------------- compaction
 def _item_flags(flag, size, tile, thread):
     """How many of this work item's elements of the tile are flagged."""
-    flagged = _local("int64", 0)
+    flagged = local("int64", 0)
     with T.serial(0, _ITEMS) as e:
         f = T.bind(tile * _TILE + thread * _ITEMS + e)
         with T.If(f < size):
@@ -43,7 +55,7 @@ def _item_flags(flag, size, tile, thread):
 
 def _count_tiles(flag, size, tile_counts) -> None:
     """One launch: ``tile_counts[t]`` = flagged elements of tile ``t``."""
-    with launch(ceildiv(size, _i64(_TILE))) as (tile, thread):
+    with launch(ceildiv(size, i64(_TILE))) as (tile, thread):
         _, total = group_exclusive_scan(_item_flags(flag, size, tile, thread), thread)
         with T.If(thread == 0):
             with T.Then():
@@ -53,7 +65,7 @@ def _count_tiles(flag, size, tile_counts) -> None:
 def _scan_tiles(tile_counts, tiles, count) -> None:
     """One launch of one group: the tiles' counts become their offsets
     (exclusive prefix sums, in place) and ``count[0]`` their total."""
-    with launch(_i64(1)) as (_, thread):
+    with launch(i64(1)) as (_, thread):
         total = group_scan_array(tile_counts, tile_counts, tiles, thread)
         with T.If(thread == 0):
             with T.Then():
@@ -64,9 +76,9 @@ def _for_each_element(flag, size, tile_offsets, body) -> None:
     """One launch over every element ``f`` of ``0 .. size - 1``:
     ``body(f, flagged, rank)`` with ``rank`` the number of flagged elements
     before ``f`` (``tile_offsets`` as ``_scan_tiles`` leaves them)."""
-    with launch(ceildiv(size, _i64(_TILE))) as (tile, thread):
+    with launch(ceildiv(size, i64(_TILE))) as (tile, thread):
         before, _ = group_exclusive_scan(_item_flags(flag, size, tile, thread), thread)
-        rank = _local("int64", tile_offsets[tile] + before)
+        rank = local("int64", tile_offsets[tile] + before)
         with T.serial(0, _ITEMS) as e:
             f = T.bind(tile * _TILE + thread * _ITEMS + e)
             with T.If(f < size):
@@ -77,7 +89,7 @@ def _for_each_element(flag, size, tile_offsets, body) -> None:
 
 
 def _tile_count_buffer(size):
-    return T.buffer_proxy(T.alloc_buffer((tirx.max(ceildiv(size, _i64(_TILE)), _i64(1)),), "int64",
+    return T.buffer_proxy(T.alloc_buffer((tirx.max(ceildiv(size, i64(_TILE)), i64(1)),), "int64",
                                          scope="global"))
 
 
@@ -89,8 +101,8 @@ def nonzero(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
     form. A parallel compaction in three launches (count per tile, scan of
     the tiles' counts, which writes ``count``, then each nonzero's
     coordinates at its rank)."""
-    shape = _sizes("n", ndim)
-    numel = math.prod(shape) if ndim else _i64(1)
+    shape = sizes("n", ndim)
+    numel = math.prod(shape) if ndim else i64(1)
     upper = tirx.Var("upper", "int64")
 
     def is_nonzero(value):
@@ -98,12 +110,12 @@ def nonzero(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
 
     with IRBuilder() as ib, T.prim_func():
         T.func_name("nonzero")
-        data = _arg("data", shape, dtype)
-        out = _arg("out", [ndim, upper], "int64")
-        count = _arg("count", [1], "int64")
+        data = arg("data", shape, dtype)
+        out = arg("out", [ndim, upper], "int64")
+        count = arg("count", [1], "int64")
         with T.Assert(upper >= numel, "nonzero: out is smaller than data"):
-            flat = _flat_view(data, numel, dtype)
-            out_flat = _flat_view(out, ndim * upper, "int64")
+            flat = flat_view(data, numel, dtype)
+            out_flat = flat_view(out, ndim * upper, "int64")
             tile_counts = _tile_count_buffer(numel)
 
             def flag(f):
@@ -117,7 +129,7 @@ def nonzero(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
                             out_flat[r * total + rank] = i
 
             _count_tiles(flag, numel, tile_counts)
-            _scan_tiles(tile_counts, ceildiv(numel, _i64(_TILE)), count)
+            _scan_tiles(tile_counts, ceildiv(numel, i64(_TILE)), count)
             _for_each_element(flag, numel, tile_counts, write)
     return ib.get()
 
@@ -130,11 +142,11 @@ def _device_sort(before, swap, size) -> None:
     steps is set by host loops over every possible span, those past
     ``size`` skipped: host code has no thread-local scalars.)"""
     with T.serial(0, 63) as s:
-        with T.If((_i64(1) << s) < size):
+        with T.If((i64(1) << s) < size):
             with T.Then():
                 with T.serial(0, s + 1) as t:
                     stride_log = s - t
-                    stride = _i64(1) << stride_log
+                    stride = i64(1) << stride_log
                     # Comparators take the first ``stride`` of every ``2 * stride`` positions.
                     comparators = (tirx.floordiv(size, 2 * stride) * stride
                                    + tirx.min(tirx.floormod(size, 2 * stride), stride))
@@ -155,20 +167,14 @@ def unique(dtype: str = "float32", ndim: int = 1) -> tirx.PrimFunc:
     every element of the run, and ``counts`` from the next run's start.
     Numeric dtypes; NaNs are not supported.
     """
-    shape = _sizes("n", ndim)
-    numel = math.prod(shape) if ndim else _i64(1)
+    shape = sizes("n", ndim)
+    numel = math.prod(shape) if ndim else i64(1)
     upper = tirx.Var("upper", "int64")
     with IRBuilder() as ib, T.prim_func():
-        T.func_name("unique")
-        data = _arg("data", shape, dtype)
-        values = _arg("values", [upper], dtype)
-        first = _arg("first_indices", [upper], "int64")
-        inverse = _arg("inverse", [numel], "int64")
-        counts = _arg("counts", [upper], "int64")
-        count = _arg("count", [1], "int64")
+        data, values, first, inverse, counts, count = unique_params(shape, numel, upper, dtype)
         with T.Assert(upper >= numel, "unique: output buffers are smaller than data"):
-            flat = _flat_view(data, numel, dtype)
-            scratch = tirx.max(numel, _i64(1))
+            flat = flat_view(data, numel, dtype)
+            scratch = tirx.max(numel, i64(1))
             keys = T.buffer_proxy(T.alloc_buffer((scratch,), dtype, scope="global"))
             ids = T.buffer_proxy(T.alloc_buffer((scratch,), "int64", scope="global"))
             starts = T.buffer_proxy(T.alloc_buffer((scratch,), "int64", scope="global"))
@@ -201,7 +207,7 @@ def unique(dtype: str = "float32", ndim: int = 1) -> tirx.PrimFunc:
                 inverse[ids[i]] = runs_before + tirx.Cast("int64", starts_here) - 1
 
             _count_tiles(starts_run, numel, tile_counts)
-            _scan_tiles(tile_counts, ceildiv(numel, _i64(_TILE)), count)
+            _scan_tiles(tile_counts, ceildiv(numel, i64(_TILE)), count)
             _for_each_element(starts_run, numel, tile_counts, write)
             with launch_per_element(numel) as u:
                 runs = T.bind(count[0])
@@ -229,24 +235,14 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
     the kept counts into row offsets and writes ``count`` (at most
     ``upper``); a third copies each class's kept boxes to its rows.
     """
-    # The CPU form's extents and IoU test, so that decisions match it bit for
-    # bit. (Imported here: modules the compiler imports while it imports
-    # this one may import count_kernels.)
-    from shapefn.compiler.count_kernels import _extents
-
-    b_, n_, c_ = _sizes("d", 3)  # batches, boxes, classes
+    # The CPU form's extents and IoU test (``count``), so that decisions
+    # match it bit for bit.
+    b_, n_, c_ = sizes("d", 3)  # batches, boxes, classes
     upper = tirx.Var("upper", "int64")
     with IRBuilder() as ib, T.prim_func():
-        T.func_name("non_max_suppression")
-        boxes = _arg("boxes", [b_, n_, 4], "float32")
-        scores = _arg("scores", [b_, c_, n_], "float32")
-        max_out = _arg("max_output_boxes_per_class", [1], "int64")
-        iou_thr = _arg("iou_threshold", [1], "float32")
-        score_thr = _arg("score_threshold", [1], "float32")
-        selected = _arg("selected", [upper, 3], "int64")
-        count = _arg("count", [1], "int64")
+        boxes, scores, max_out, iou_thr, score_thr, selected, count = nms_params(b_, n_, c_, upper)
         classes = b_ * c_
-        entries = tirx.max(classes * n_, _i64(1))
+        entries = tirx.max(classes * n_, i64(1))
 
         def scratch(shape, dtype):
             return T.buffer_proxy(T.alloc_buffer(shape, dtype, scope="global"))
@@ -256,8 +252,8 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
         keys, ids = scratch((entries,), "float32"), scratch((entries,), "int64")
         extents, suppressed = scratch((entries, 5), "float32"), scratch((entries,), "int32")
         kept = scratch((entries,), "int64")
-        kept_counts = scratch((tirx.max(classes, _i64(1)),), "int64")
-        offsets = scratch((tirx.max(classes, _i64(1)),), "int64")
+        kept_counts = scratch((tirx.max(classes, i64(1)),), "int64")
+        offsets = scratch((tirx.max(classes, i64(1)),), "int64")
 
         with launch(classes) as (g, thread):
             b, c = T.bind(tirx.floordiv(g, c_)), T.bind(tirx.floormod(g, c_))
@@ -279,7 +275,7 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
             group_sort(before, swap, candidates, thread)
             with strided(candidates, thread) as j:
                 box = T.bind(ids[base + j])
-                for q, x in enumerate(_extents([boxes[b, box, q] for q in range(4)], center_point_box)):
+                for q, x in enumerate(box_extents([boxes[b, box, q] for q in range(4)], center_point_box)):
                     extents[base + j, q] = x
                 suppressed[base + j] = 0
             group_barrier()
@@ -289,7 +285,7 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
                 with T.Then():
                     kept_counts[g] = kept_count
 
-        with launch(_i64(1)) as (_, thread):
+        with launch(i64(1)) as (_, thread):
             total = group_scan_array(kept_counts, offsets, classes, thread)
             with T.If(thread == 0):
                 with T.Then():
@@ -310,8 +306,8 @@ def _gather_candidates(scores, b, c, boxes, threshold, keys, ids, base, thread):
     """Writes the (score, index) of the boxes scoring above ``threshold`` in
     class ``(b, c)`` to ``keys``/``ids`` from ``base``, in box order, one
     tile of ``THREADS`` boxes at a time; returns how many (a local, uniform)."""
-    candidates = _local("int64", 0)
-    with T.serial(0, ceildiv(boxes, _i64(THREADS))) as tile:
+    candidates = local("int64", 0)
+    with T.serial(0, ceildiv(boxes, i64(THREADS))) as tile:
         i = T.bind(tile * THREADS + thread)
         is_candidate = T.bind(tirx.if_then_else(i < boxes, scores[b, c, i] > threshold, tirx.const(False)))
         before, total = group_exclusive_scan(tirx.Cast("int64", is_candidate), thread)
@@ -329,10 +325,8 @@ def _select(extents, suppressed, ids, kept, base, candidates, limit, iou_thresho
     ``base``. Whether candidate i is suppressed is read by every work item
     alike, so the branch and its barrier are uniform; only a kept candidate
     costs a barrier."""
-    from shapefn.compiler.count_kernels import _suppress_if_overlapping  # (see non_max_suppression)
-
-    kept_count = _local("int64", 0)
-    i = _local("int64", 0)
+    kept_count = local("int64", 0)
+    i = local("int64", 0)
     with T.While(tirx.all(i[0] < candidates, kept_count[0] < limit)):
         with T.If(suppressed[base + i[0]] == 0):
             with T.Then():
@@ -346,8 +340,8 @@ def _select(extents, suppressed, ids, kept, base, candidates, limit, iou_thresho
                     j = T.bind(base + later + r)
                     with T.If(suppressed[j] == 0):
                         with T.Then():
-                            overlapping = _local("bool", tirx.const(False))
-                            _suppress_if_overlapping(keeper, [extents[j, q] for q in range(5)],
+                            overlapping = local("bool", tirx.const(False))
+                            suppress_if_overlapping(keeper, [extents[j, q] for q in range(5)],
                                                      iou_threshold, overlapping)
                             with T.If(overlapping[0]):
                                 with T.Then():

@@ -5,7 +5,7 @@ unlowered (TVM's own pipelines dispatch them to library scans later).
 ``cumulative(ndim, axis, dtype, out_dtype, op, exclusive)`` is one kernel
 ``(data, out)`` for every shape: each line along ``axis`` is scanned in
 order, accumulating in ``out_dtype`` (so results are those of a sequential
-scan, as onnxruntime's). Its GPU form (``gpu_kernels.cumulative``) scans
+scan, as onnxruntime's). Its GPU form (``gpu.cumulative``) scans
 each line in a work item of its own.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from shapefn.compiler.tir_builder import _arg, _local, _loops, _sizes
+from .tir_builder import arg, local, loops, sizes
 
 OPS = ("sum", "prod")
 
@@ -40,14 +40,14 @@ def cumulative(ndim: int, axis: int, dtype: str, out_dtype: str, op: str = "sum"
     """``out[..., i, ...] = data[..., 0, ...] (op) ... (op) data[..., i, ...]``
     along ``axis`` (up to ``i - 1`` with ``exclusive``)."""
     axis = check(ndim, axis, op)
-    shape = _sizes("n", ndim)
+    shape = sizes("n", ndim)
     with IRBuilder() as ib, T.prim_func():
         T.func_name("cumulative")
         T.func_attr({"tirx.noalias": True})
-        data = _arg("data", shape, dtype)
-        out = _arg("out", shape, out_dtype)
-        with _loops([d for a, d in enumerate(shape) if a != axis]) as line:
-            acc = _local(out_dtype, identity(op, out_dtype))
+        data = arg("data", shape, dtype)
+        out = arg("out", shape, out_dtype)
+        with loops([d for a, d in enumerate(shape) if a != axis]) as line:
+            acc = local(out_dtype, identity(op, out_dtype))
             with T.serial(0, shape[axis]) as i:
                 at = tuple(line[:axis]) + (i,) + tuple(line[axis:])
                 value = tirx.Cast(out_dtype, data[at])

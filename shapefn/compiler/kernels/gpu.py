@@ -1,13 +1,13 @@
 """GPU forms of shapefn's hand-written TIR kernels, for CUDA and OpenCL.
 
 Each function has the name, parameters and PrimFunc signature (argument
-order, shapes, dtypes, symbolic sizes) of its CPU form (``dyn_kernels.topk``,
-``count_kernels.nonzero`` / ``unique`` / ``non_max_suppression``,
-``legalize.sequential_concat`` / ``scatter_elements``,
-``scan_kernels.cumulative``) and the same results,
+order, shapes, dtypes, symbolic sizes) of its CPU form (``dynamic.topk``,
+``count.nonzero`` / ``unique`` / ``non_max_suppression``,
+``concat.sequential_concat``, ``scatter.scatter_elements``,
+``scan.cumulative``) and the same results,
 bit for bit where the CPU form is deterministic; it returns a PrimFunc with
 explicit thread bindings that TVM's GPU code generators take as it is (no
-dlight schedule). The count-sized kernels live in ``gpu_count_kernels``;
+dlight schedule). The count-sized kernels live in ``gpu_count``;
 launches, barriers, scans and sorting steps in ``gpu_builder``.
 """
 from __future__ import annotations
@@ -18,11 +18,20 @@ from tvm import te, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from shapefn.compiler.gpu_builder import (ceil_log2, compare_exchange, group_barrier, group_sort,
-                                          launch, launch_per_element, strided, unravel)
-from shapefn.compiler import scan_kernels
-from shapefn.compiler.gpu_count_kernels import non_max_suppression, nonzero, unique
-from shapefn.compiler.tir_builder import _arg, _flat_view, _i64, _local, _sizes
+from . import scan
+from .gpu_builder import (
+    ceil_log2,
+    compare_exchange,
+    group_barrier,
+    group_sort,
+    launch,
+    launch_per_element,
+    strided,
+    unravel,
+)
+from .gpu_count import non_max_suppression, nonzero, unique
+from .scatter import reduction_of, scatter_params, scatter_sizes
+from .tir_builder import arg, flat_view, i64, local, sizes
 
 __all__ = ["cumulative", "non_max_suppression", "nonzero", "scatter_elements", "sequential_concat", "topk",
            "unique"]
@@ -47,22 +56,22 @@ def topk(ndim: int, axis: int, dtype: str = "float32", largest: bool = True,
     """
     del is_sorted  # a sorted result satisfies both settings
     axis = axis % ndim
-    in_shape = _sizes("n", ndim)
+    in_shape = sizes("n", ndim)
     out_shape = list(in_shape)
     out_shape[axis] = te.var("k", "int64")
     n, k = in_shape[axis], out_shape[axis]
     row_dims = [d for a, d in enumerate(in_shape) if a != axis]
-    rows = math.prod(row_dims) if row_dims else _i64(1)
+    rows = math.prod(row_dims) if row_dims else i64(1)
 
     with IRBuilder() as ib, T.prim_func():
         T.func_name("topk")
-        data = _arg("data", in_shape, dtype)
-        values = _arg("values", out_shape, dtype)
-        indices = _arg("indices", out_shape, "int64")
-        scratch_size = tirx.max(rows * n, _i64(1))
+        data = arg("data", in_shape, dtype)
+        values = arg("values", out_shape, dtype)
+        indices = arg("indices", out_shape, "int64")
+        scratch_size = tirx.max(rows * n, i64(1))
         keys = T.buffer_proxy(T.alloc_buffer((scratch_size,), dtype, scope="global"))
         ids = T.buffer_proxy(T.alloc_buffer((scratch_size,), "int64", scope="global"))
-        with launch(tirx.Select(k > 0, rows, _i64(0))) as (row, thread):
+        with launch(tirx.Select(k > 0, rows, i64(0))) as (row, thread):
             coords = unravel(row, row_dims)
 
             def at(i):
@@ -100,10 +109,10 @@ def _merge_blocks(before, swap, size, block_log, thread) -> None:
     ...`` of ``0 .. size - 1`` to one, the best ``B`` of all, sorted, at 0.
     Round r merges the block at ``m * 2G`` with the one at ``m * 2G + G``
     (``G = B * 2**r``) into the first."""
-    block = T.bind(_i64(1) << block_log)
-    gap_log = _local("int64", block_log)
-    with T.While((_i64(1) << gap_log[0]) < size):
-        gap = T.bind(_i64(1) << gap_log[0])
+    block = T.bind(i64(1) << block_log)
+    gap_log = local("int64", block_log)
+    with T.While((i64(1) << gap_log[0]) < size):
+        gap = T.bind(i64(1) << gap_log[0])
         pairs = T.bind(tirx.floordiv(size - gap + 2 * gap - 1, 2 * gap))  # with a second block
         # Element i of the first block against element B-1-i of the second:
         # the better of each pair are the best B of both, in bitonic order.
@@ -115,7 +124,7 @@ def _merge_blocks(before, swap, size, block_log, thread) -> None:
         # A bitonic merge of each first block (all inside: the second starts after it).
         with T.serial(0, block_log) as t:
             stride_log = T.bind(block_log - 1 - t)
-            stride = T.bind(_i64(1) << stride_log)
+            stride = T.bind(i64(1) << stride_log)
             with strided(pairs << (block_log - 1), thread) as q:
                 first = T.bind((q >> (block_log - 1)) << (gap_log[0] + 1))
                 r = q & ((block >> 1) - 1)
@@ -136,18 +145,18 @@ def sequential_concat(num_inputs: int, ndim: int, axis: int, dtype: str) -> tirx
     def shape(extent):
         return [extent if a == axis else d for a, d in enumerate(dims)]
 
-    inner = math.prod(dims[axis + 1:]) if axis + 1 < ndim else _i64(1)
+    inner = math.prod(dims[axis + 1:]) if axis + 1 < ndim else i64(1)
     with IRBuilder() as ib, T.prim_func():
         T.func_attr({"tirx.noalias": True})
         inputs = [T.buffer_proxy(T.arg(f"x{k}", tirx.decl_buffer(shape(n), dtype, name=f"x{k}")))
                   for k, n in enumerate(extents)]
         total = sum(extents[1:], extents[0])
         out = T.buffer_proxy(T.arg("out", tirx.decl_buffer(shape(total), dtype, name="out")))
-        out_flat = _flat_view(out, math.prod(shape(total)), dtype)
-        offset = _i64(0)
+        out_flat = flat_view(out, math.prod(shape(total)), dtype)
+        offset = i64(0)
         for x, n in zip(inputs, extents):
             size = math.prod(shape(n))
-            x_flat = _flat_view(x, size, dtype)
+            x_flat = flat_view(x, size, dtype)
             with launch_per_element(size) as e:
                 # e = (outer, position along the axis, inner) of x, row-major
                 run = n * inner
@@ -171,31 +180,18 @@ def scatter_elements(ndim: int, axis: int, reduction: str, dtype: str, index_dty
     CPU form's order, the last update winning for "update", without atomics.
     A single long line runs serially.
     """
-    # (Imported here: legalize imports the compiler's target_schedule, which imports this module.)
-    from shapefn.compiler.legalize import _SCATTER_REDUCTIONS
-
-    if reduction not in _SCATTER_REDUCTIONS:
-        raise ValueError(f"scatter_elements: unsupported reduction {reduction!r}")
-    combine = _SCATTER_REDUCTIONS[reduction]  # the CPU form's arithmetic, in the same order
-    data_shape = [tirx.Var(f"d{a}", "int64") for a in range(ndim)]
-    index_shape = [tirx.Var(f"i{a}", "int64") for a in range(ndim)]
+    combine = reduction_of(reduction)  # the CPU form's arithmetic, in the same order
+    data_shape, index_shape = scatter_sizes(ndim)
     line_dims = [d for a, d in enumerate(index_shape) if a != axis]
-    lines = math.prod(line_dims) if line_dims else _i64(1)
-
-    def arg(name, shape, arg_dtype):
-        return T.buffer_proxy(T.arg(name, tirx.decl_buffer(shape, arg_dtype, name=name)))
+    lines = math.prod(line_dims) if line_dims else i64(1)
 
     with IRBuilder() as ib, T.prim_func():
-        T.func_attr({"tirx.noalias": True})
-        data = arg("data", data_shape, dtype)
-        indices = arg("indices", index_shape, index_dtype)
-        updates = arg("updates", index_shape, dtype)
-        out = arg("out", data_shape, dtype)
+        data, indices, updates, out = scatter_params(data_shape, index_shape, dtype, index_dtype)
         size = math.prod(data_shape)
-        data_flat, out_flat = _flat_view(data, size, dtype), _flat_view(out, size, dtype)
+        data_flat, out_flat = flat_view(data, size, dtype), flat_view(out, size, dtype)
         with launch_per_element(size) as e:
             out_flat[e] = data_flat[e]
-        with launch_per_element(tirx.Select(index_shape[axis] > 0, lines, _i64(0))) as line:
+        with launch_per_element(tirx.Select(index_shape[axis] > 0, lines, i64(0))) as line:
             coords = unravel(line, line_dims)
             with T.serial(0, index_shape[axis]) as j:
                 p = tuple(coords[:axis]) + (j,) + tuple(coords[axis:])
@@ -210,27 +206,27 @@ def scatter_elements(ndim: int, axis: int, reduction: str, dtype: str, index_dty
 # --------------------------------------------------------------------------- cumulative
 def cumulative(ndim: int, axis: int, dtype: str, out_dtype: str, op: str = "sum",
                exclusive: bool = False) -> tirx.PrimFunc:
-    """``scan_kernels.cumulative``: one work item per line along ``axis``,
+    """``scan.cumulative``: one work item per line along ``axis``,
     scanning it in order (the CPU form's sums, bit for bit)."""
-    axis = scan_kernels.check(ndim, axis, op)
-    shape = _sizes("n", ndim)
+    axis = scan.check(ndim, axis, op)
+    shape = sizes("n", ndim)
     line_dims = [d for a, d in enumerate(shape) if a != axis]
-    lines = math.prod(line_dims) if line_dims else _i64(1)
+    lines = math.prod(line_dims) if line_dims else i64(1)
     with IRBuilder() as ib, T.prim_func():
         T.func_name("cumulative")
         T.func_attr({"tirx.noalias": True})
-        data = _arg("data", shape, dtype)
-        out = _arg("out", shape, out_dtype)
-        with launch_per_element(tirx.Select(shape[axis] > 0, lines, _i64(0))) as line:
+        data = arg("data", shape, dtype)
+        out = arg("out", shape, out_dtype)
+        with launch_per_element(tirx.Select(shape[axis] > 0, lines, i64(0))) as line:
             coords = unravel(line, line_dims)
-            acc = _local(out_dtype, scan_kernels.identity(op, out_dtype))
+            acc = local(out_dtype, scan.identity(op, out_dtype))
             with T.serial(0, shape[axis]) as i:
                 at = tuple(coords[:axis]) + (i,) + tuple(coords[axis:])
                 value = tirx.Cast(out_dtype, data[at])
                 if exclusive:
                     out[at] = acc[0]
-                    acc[0] = scan_kernels.combine(op, acc[0], value)
+                    acc[0] = scan.combine(op, acc[0], value)
                 else:
-                    acc[0] = scan_kernels.combine(op, acc[0], value)
+                    acc[0] = scan.combine(op, acc[0], value)
                     out[at] = acc[0]
     return ib.get()

@@ -1,5 +1,5 @@
-"""Building blocks for shapefn's GPU TIR kernels (``gpu_kernels``,
-``gpu_count_kernels``): kernel launches, a work-group barrier that also
+"""Building blocks for shapefn's GPU TIR kernels (``gpu``,
+``gpu_count``): kernel launches, a work-group barrier that also
 orders global memory, prefix sums within a work group, and the steps of a
 bitonic sorting network.
 
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from tvm import ir, tirx
 from tvm.script.ir_builder import tirx as T
 
-from shapefn.compiler.tir_builder import _i64, _local
+from .tir_builder import i64, local
 
 # Work items per group: every OpenCL device we target allows 256, and the
 # shared arrays below (a few KB) fit any device's local memory.
@@ -93,7 +93,7 @@ def launch(groups) -> Iterator[tuple]:
 def launch_per_element(count) -> Iterator:
     """A launch of one work item per element of ``range(count)``; yields the
     element index (int64) inside a guard ``index < count``."""
-    with launch(ceildiv(count, _i64(THREADS))) as (group, thread):
+    with launch(ceildiv(count, i64(THREADS))) as (group, thread):
         index = T.bind(group * THREADS + thread)
         with T.If(index < count):
             with T.Then():
@@ -105,7 +105,7 @@ def strided(count, thread) -> Iterator:
     """Positions ``0 .. count - 1`` shared out among a group's work items,
     ``thread`` taking every ``THREADS``-th from its own; yields the position.
     No barrier may sit inside (work items run different trip counts)."""
-    with T.serial(0, ceildiv(count, _i64(THREADS))) as r:
+    with T.serial(0, ceildiv(count, i64(THREADS))) as r:
         position = T.bind(r * THREADS + thread)
         with T.If(position < count):
             with T.Then():
@@ -127,8 +127,8 @@ def ceil_log2(value):
     """A thread-local int64 holding the smallest ``b`` with ``2**b >= value``.
     Device code only: TVM makes a host-side local of a GPU kernel device
     memory, which the host code then dereferences."""
-    bits = _local("int64", 0)
-    with T.While((_i64(1) << bits[0]) < value):
+    bits = local("int64", 0)
+    with T.While((i64(1) << bits[0]) < value):
         bits[0] = bits[0] + 1
     return bits
 
@@ -143,7 +143,7 @@ def group_exclusive_scan(value, thread):
     shared_barrier()
     for step in range(_THREADS_LOG):  # Hillis-Steele: log2(THREADS) rounds
         offset = 1 << step
-        before = T.bind(tirx.if_then_else(thread >= offset, sums[thread - offset], _i64(0)))
+        before = T.bind(tirx.if_then_else(thread >= offset, sums[thread - offset], i64(0)))
         shared_barrier()
         sums[thread] = sums[thread] + before
         shared_barrier()
@@ -158,14 +158,14 @@ def group_scan_array(source, dest, size, thread):
     ``dest`` may be ``source``) by one work group; returns the total.
     Each work item sums a contiguous run, the runs' sums are scanned in
     shared memory, and each item writes its run's prefixes."""
-    run = ceildiv(size, _i64(THREADS))
+    run = ceildiv(size, i64(THREADS))
     start = T.bind(tirx.min(thread * run, size))
     length = T.bind(tirx.min(start + run, size) - start)
-    partial = _local("int64", 0)
+    partial = local("int64", 0)
     with T.serial(0, length) as i:
         partial[0] = partial[0] + source[start + i]
     before, total = group_exclusive_scan(partial[0], thread)
-    running = _local("int64", before)
+    running = local("int64", before)
     with T.serial(0, length) as i:
         value = T.bind(source[start + i])
         dest[start + i] = running[0]
@@ -188,9 +188,9 @@ def bitonic_pair(comparator, span_log, stride_log):
     pairs mirror positions, the later ones positions ``stride`` apart. So
     positions past the end can be treated as elements that belong last, and
     comparators reaching them skipped: any length sorts without padding."""
-    stride = _i64(1) << stride_log
+    stride = i64(1) << stride_log
     i = T.bind(((comparator >> stride_log) << (stride_log + 1)) + (comparator & (stride - 1)))
-    span = _i64(1) << span_log
+    span = i64(1) << span_log
     mirror = i + span - 1 - 2 * (i & (span - 1))
     j = T.bind(tirx.Select(stride_log + 1 == span_log, mirror, i + stride))
     return i, j
@@ -213,7 +213,7 @@ def group_sort(before: Before, swap: Swap, size, thread, span_log_limit=None) ->
     sorted on its own. ``size`` must be uniform over the group."""
     size_log = ceil_log2(size)
     spans = size_log[0] if span_log_limit is None else tirx.min(size_log[0], span_log_limit)
-    comparators = (_i64(1) << size_log[0]) >> 1
+    comparators = (i64(1) << size_log[0]) >> 1
     with T.serial(0, spans) as s:
         with T.serial(0, s + 1) as t:
             with strided(comparators, thread) as q:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from tvm import tirx
 from tvm.script.ir_builder import tirx as T
 
-from shapefn.compiler.tir_builder import _local
+from .tir_builder import local
 
 # Both take two int64 positions (TIR expressions).
 Before = Callable[[object, object], object]
@@ -23,8 +23,8 @@ Swap = Callable[[object, object], None]
 
 def sift_down(before: Before, swap: Swap, start, size) -> None:
     """Moves the element at ``start`` down until both its children come before it."""
-    pos = _local("int64", start)
-    more = _local("bool", tirx.const(True))
+    pos = local("int64", start)
+    more = local("bool", tirx.const(True))
     with T.While(more[0]):
         left = T.bind(pos[0] * 2 + 1)
         with T.If(left >= size):
@@ -32,7 +32,7 @@ def sift_down(before: Before, swap: Swap, start, size) -> None:
                 more[0] = tirx.const(False)
             with T.Else():
                 # The child that comes later; the parent must come after it.
-                worse = _local("int64", left)
+                worse = local("int64", left)
                 with T.If(left + 1 < size):  # (TIR's And evaluates both sides: nested, not and-ed)
                     with T.Then():
                         with T.If(before(left, left + 1)):
@@ -48,7 +48,7 @@ def sift_down(before: Before, swap: Swap, start, size) -> None:
 
 def sift_up(before: Before, swap: Swap, start) -> None:
     """Moves the element at ``start`` up until its parent comes after it."""
-    pos = _local("int64", start)
+    pos = local("int64", start)
     with T.While(pos[0] > 0):
         parent = T.bind(tirx.floordiv(pos[0] - 1, 2))
         with T.If(before(parent, pos[0])):

@@ -26,9 +26,11 @@ from tvm.script import tirx as T
 import shapefn
 from conftest import opencl
 from shapefn import kernels, ops
-from shapefn.compiler import count_kernels, cpu_schedule, dyn_kernels, legalize, target_schedule
-from shapefn.compiler.codegen import ModuleCodegen
+from shapefn.compiler import codegen, cpu_schedule, placement, schedule, target_schedule
 from shapefn.compiler.compile import lower
+from shapefn.compiler.kernels import concat, scatter
+from shapefn.compiler.kernels import count as count_kernels
+from shapefn.compiler.kernels import dynamic as dyn_kernels
 from shapefn.compiler.lower_dynamic import lower_dynamic_ops
 
 GPU_KINDS = ["cuda", "opencl"]
@@ -112,10 +114,9 @@ def host_kernels(mod, kind) -> set[str]:
     """The kernels ``shapefn.compile(mod, kind)`` invokes on the host, by
     name: codegen's placement, through the compiler's own steps."""
     target = tvm.target.Target(kind, host="llvm")
-    codegen = ModuleCodegen(lower(lower_dynamic_ops(mod, gpu=True), target), all_host=False,
-                            separate_host_kernels=True)
-    codegen.run()
-    return codegen.host_kernels
+    lowered = lower(lower_dynamic_ops(mod, gpu=True), target)
+    places = placement.place_module(lowered, placement.ON_DEVICE)
+    return codegen.generate(lowered, places, schedule.schedule_module(lowered), separate_host_kernels=True).host_kernels
 
 
 def device_module(exe, kind):
@@ -227,8 +228,8 @@ CPU_FORMS = {
     "unique": count_kernels.unique("float32", 1),
     "non_max_suppression": count_kernels.non_max_suppression(0),
     "topk": dyn_kernels.topk(2, 1, "float32", True, True),
-    "sequential_concat": legalize.sequential_concat(4, 2, 0, "float32"),
-    "scatter_elements": legalize.scatter_elements(2, 0, "add", "float32", "int64"),
+    "sequential_concat": concat.sequential_concat(4, 2, 0, "float32"),
+    "scatter_elements": scatter.scatter_elements(2, 0, "add", "float32", "int64"),
 }
 
 

@@ -1,0 +1,47 @@
+"""TVM's Relax passes, up to where shapefn's code generation takes over:
+legalization (with shapefn's legalizations, ``legalize.py``), constant
+folding (``fold_constants.py``), fusion and the rewrites that leave kernels
+as PrimFunc calls on tensors allocated just before, with kills after last
+uses. TVM's VM goes on with memory planning and VMShapeLower instead.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from . import target_schedule
+from .fold_constants import fold_constant_kernels
+from .legalize import legalize_map
+
+HOST_TARGET = "llvm"
+
+
+def lower(mod: tvm.IRModule, target: tvm.target.Target | None = None) -> tvm.IRModule:
+    """The Relax passes up to the point where shapefn's codegen takes over
+    (TVM's VM goes on with memory planning and VMShapeLower instead), for
+    kernels of ``target`` (default: the CPU)."""
+    target = target if target is not None else tvm.target.Target(HOST_TARGET)
+    # Some of TVM's legalizations (and shapefn's) depend on the target: they
+    # read it from the context.
+    with target:
+        return _passes(target_schedule.is_gpu(target))(mod)
+
+
+def _passes(gpu: bool) -> tvm.transform.Pass:
+    return tvm.transform.Sequential([
+        # Folds match_casts made redundant by lowering (their sizes substituted
+        # everywhere); FuseTIR would otherwise drop them and leave sizes undefined.
+        relax.transform.CanonicalizeBindings(),
+        relax.transform.LegalizeOps(customize_legalize_map=legalize_map(gpu)),
+        relax.transform.AnnotateTIROpPattern(),
+        tvm.transform.module_pass(lambda m, _: fold_constant_kernels(m), opt_level=0, name="FoldConstantKernels"),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+        relax.transform.DeadCodeElimination(),
+        relax.transform.ToNonDataflow(),
+        relax.transform.RemovePurityChecking(),
+        relax.transform.CallTIRRewrite(),
+        relax.transform.KillAfterLastUse(),
+        relax.transform.AttachGlobalSymbol(),
+    ])
