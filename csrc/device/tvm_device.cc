@@ -67,7 +67,7 @@ class TvmDevice final : public Device {
     try {
       return api_->AllocDataSpace(device_, nbytes == 0 ? 1 : nbytes, alignment, DLDataType{kDLUInt, 8, 1});
     } catch (const std::exception& e) {
-      Fail(ErrorKind::kRuntime, spec_ + ": allocation of " + std::to_string(nbytes) + " bytes failed: " + e.what());
+      FailFromCaught(ErrorKind::kRuntime, spec_ + ": allocation of " + std::to_string(nbytes) + " bytes failed: " + e.what());
     }
   }
   void Free(void* ptr) override { api_->FreeDataSpace(device_, ptr); }
@@ -100,7 +100,7 @@ class TvmDevice final : public Device {
     try {
       api_->CopyDataFromTo(&a, &b, nullptr);
     } catch (const std::exception& e) {
-      Fail(ErrorKind::kRuntime, spec_ + ": copy of " + std::to_string(n) + " bytes failed: " + e.what());
+      FailFromCaught(ErrorKind::kRuntime, spec_ + ": copy of " + std::to_string(n) + " bytes failed: " + e.what());
     }
   }
 

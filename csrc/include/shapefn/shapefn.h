@@ -104,7 +104,7 @@ inline Program LoadProgram(const std::string& path) {
     }
     program.kernel_library = library;
   } catch (const tvm::ffi::Error& e) {
-    Fail(ErrorKind::kRuntime, "cannot load kernel library '" + library_path.string() + "': " + e.kind() + ": " +
+    FailFromCaught(ErrorKind::kRuntime, "cannot load kernel library '" + library_path.string() + "': " + e.kind() + ": " +
                                   e.message());
   }
   return program;
