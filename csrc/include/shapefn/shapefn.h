@@ -122,16 +122,6 @@ inline std::vector<std::string> MissingShapeFuncs(const Executable& exe) {
   return missing;
 }
 
-// "host" or "sim" (the simulated accelerator with its default cost model);
-// any other name is a TVM device ("cuda:0", ...) reached through TVM's
-// DeviceAPI, which needs that device's TVM runtime library loaded.
-inline std::shared_ptr<Device> MakeDevice(const std::string& name) {
-  if (name == "host") return HostDevice();
-  if (name == "sim") return MakeSimDevice(SimConfig{});
-  if (IsOpenCLSpec(name)) return MakeOpenCLDevice(name);
-  return MakeTvmDevice(name);
-}
-
 // A VM argument over host memory the caller owns and keeps alive (and
 // unchanged) until every Value that may refer to it is gone: on the host
 // device a function may return its argument itself. The tensor must be
