@@ -162,8 +162,8 @@ cdef bint _lend_array(object arr, Value* out) except -1:
     """Lends ``arr`` to the VM (kept alive until the VM drops it) if it is a
     C-contiguous array of a native-order bool, int, uint or float dtype;
     returns False, lending nothing, otherwise. Everything comes from the
-    buffer protocol: numpy's attributes cost far more (``ctypes.data``
-    alone takes microseconds)."""
+    buffer protocol, which is cheaper than numpy's attributes (see
+    docs/bench for the per-call overhead)."""
     cdef Py_buffer view
     cdef vector[int64_t] shape
     cdef const int64_t* dims

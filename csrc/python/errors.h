@@ -27,8 +27,8 @@ inline PyObject* callee_exception = nullptr;  // shapefn.errors._callee_exceptio
 
 // A new exception object `cls(message)`; null with a Python error set on failure.
 inline PyObject* NewException(PyObject* cls, const char* message) {
-  PyObject* text = PyUnicode_DecodeUTF8(message, static_cast<Py_ssize_t>(std::char_traits<char>::length(message)),
-                                        "replace");
+  PyObject* text =
+      PyUnicode_DecodeUTF8(message, static_cast<Py_ssize_t>(std::char_traits<char>::length(message)), "replace");
   if (text == nullptr) return nullptr;
   PyObject* exc = PyObject_CallOneArg(cls, text);
   Py_DECREF(text);
@@ -37,8 +37,7 @@ inline PyObject* NewException(PyObject* cls, const char* message) {
 
 inline PyObject* FromFfiError(const tvm::ffi::Error& e) {
   if (callee_exception == nullptr) return NewException(PyExc_RuntimeError, e.what());
-  return PyObject_CallFunction(callee_exception, "sss", e.kind().c_str(), e.message().c_str(),
-                               e.backtrace().c_str());
+  return PyObject_CallFunction(callee_exception, "sss", e.kind().c_str(), e.message().c_str(), e.backtrace().c_str());
 }
 
 }  // namespace detail
@@ -65,8 +64,10 @@ inline bool LoadExceptionTable() {
   for (int i = 0; ok && i < kNumErrorKinds; ++i) {
     PyObject* cls = PyMapping_GetItemString(table, kNames[i]);
     ok = cls != nullptr && PyExceptionClass_Check(cls);
-    if (ok) detail::exception_of_kind[i] = cls;  // the reference is kept
-    else Py_XDECREF(cls);
+    if (ok)
+      detail::exception_of_kind[i] = cls;  // the reference is kept
+    else
+      Py_XDECREF(cls);
   }
   Py_DECREF(table);
   if (!ok) {
@@ -110,6 +111,9 @@ inline PyObject* ToPythonException(const std::exception_ptr& error) {
 
 // Raises `error` as a Python exception (sets the Python error indicator).
 inline void RaisePython(const std::exception_ptr& error) {
+  // A Python error already set is one that Python's signal handler raised
+  // while the VM checked for Ctrl-C; the VM's error (kInterrupted) reports it.
+  PyErr_Clear();
   PyObject* exc = ToPythonException(error);
   if (exc == nullptr) return;  // building it raised: that error stands
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc)), exc);

@@ -24,13 +24,16 @@ void RegisterErrors(py::module_& m) {
       RaisePython(p);
     }
   });
-  m.def("error_kinds", [] {
-    std::vector<std::string> names;
+  m.def(
+      "error_kinds",
+      [] {
+        std::vector<std::string> names;
 #define SHAPEFN_ERROR_KIND_NAME(kind, name) names.push_back(name);
-    SHAPEFN_ERROR_KINDS(SHAPEFN_ERROR_KIND_NAME)
+        SHAPEFN_ERROR_KINDS(SHAPEFN_ERROR_KIND_NAME)
 #undef SHAPEFN_ERROR_KIND_NAME
-    return names;
-  }, "The names of the C++ error kinds (SHAPEFN_ERROR_KINDS), in enum order.");
+        return names;
+      },
+      "The names of the C++ error kinds (SHAPEFN_ERROR_KINDS), in enum order.");
   m.def(
       "_raise_error",
       [](const std::string& kind, const std::string& message) {

@@ -118,7 +118,6 @@ void RegisterRegistry(py::module_& m) {
   m.def("check_mask", &CheckMask);
   m.def("entry_info", [](const std::string& name) { return EntryInfo(*ShapeFuncRegistry::Global().Lookup(name)); });
   m.def("registered_ops", [] { return ShapeFuncRegistry::Global().Names(); });
-  m.def("canonical_name", [](const std::string& name) { return ShapeFuncRegistry::Global().Canonical(name); });
   m.def("eval_shape_func", &EvalShapeFunc, py::arg("op"), py::arg("inputs"), py::arg("attrs") = std::vector<int64_t>{},
         "Runs a native shape function on numpy values / shape tuples (for tests and tools).");
 }

@@ -45,8 +45,7 @@ inline constexpr int kNumErrorKinds = 0
 inline const char* ErrorKindName(ErrorKind kind) {
   switch (kind) {
 #define SHAPEFN_ERROR_KIND_CASE(kind, name) \
-  case ErrorKind::kind:                     \
-    return name;
+  case ErrorKind::kind: return name;
     SHAPEFN_ERROR_KINDS(SHAPEFN_ERROR_KIND_CASE)
 #undef SHAPEFN_ERROR_KIND_CASE
   }
