@@ -76,7 +76,7 @@ void RegisterDevices(py::module_& m) {
     py::list out;
     for (const OpenCLDeviceInfo& d : OpenCLDevices()) {
       py::dict info;
-      info["name"] = "opencl:" + std::to_string(d.index);
+      info["name"] = OpenCLDeviceName(d.index);
       info["device"] = d.name;
       info["type"] = d.type;
       info["vendor"] = d.vendor;

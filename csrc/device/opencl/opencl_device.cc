@@ -12,7 +12,7 @@ namespace {
 
 class OpenCLDevice final : public Device {
  public:
-  explicit OpenCLDevice(int index) : index_(index), name_("opencl:" + std::to_string(index)) {}
+  explicit OpenCLDevice(int index) : index_(index), name_(OpenCLDeviceName(index)) {}
 
   std::string name() const override { return name_; }
   DLDevice kernel_device() const override { return DLDevice{kDLOpenCL, index_}; }
@@ -52,6 +52,8 @@ int ParseIndex(const std::string& spec) {
 }
 
 }  // namespace
+
+std::string OpenCLDeviceName(int index) { return "opencl:" + std::to_string(index); }
 
 bool IsOpenCLSpec(const std::string& spec) { return spec.substr(0, spec.find(':')) == "opencl"; }
 
