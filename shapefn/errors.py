@@ -41,6 +41,7 @@ EXCEPTION_OF_KIND: dict[str, type[BaseException]] = {
     "type": TypeError,
     "key": KeyError,
     "index": IndexError,
+    "not_found": FileNotFoundError,
     "format": ExecutableFormatError,
     "dependence": DataDependenceError,
     "runtime": RuntimeError,

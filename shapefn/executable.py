@@ -75,33 +75,21 @@ class Executable:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Executable":
-        """Reads and verifies an executable; raises ``ExecutableFormatError``
-        for a truncated or corrupt file."""
+        """Reads and verifies an executable and loads the kernel library saved
+        beside it; raises ``ExecutableFormatError`` for a truncated or corrupt
+        file, ``FileNotFoundError`` when the library is missing."""
         path = os.fspath(path)
         core = _core.Executable.load(path)
-        kernels, library, exe_library_path = {}, None, None
+        exe = cls(core)
         if core.kernel_library:
-            import tvm
+            import tvm  # noqa: F401  (loads TVM's runtime, which compiled kernels call)
+            import tvm_ffi
 
-            lib_path = os.path.join(os.path.dirname(path) or ".", core.kernel_library)
-            if not os.path.exists(lib_path):
-                raise FileNotFoundError(f"kernel library '{lib_path}' of executable '{path}' is missing")
-            library = tvm.runtime.load_module(lib_path)
-            exe_library_path = lib_path
-            for name in core.kernels:
-                fn = _library_function(library, name)
-                if fn is not None:
-                    kernels[name] = fn
-        exe = cls(core, kernels, library)
-        exe._library_path = exe_library_path
+            def receive(library_path, library, kernels):
+                exe._library_path, exe._library, exe._kernels = library_path, library, dict(kernels)
+
+            _core.load_kernel_library(path, core.kernel_library, core.kernels, tvm_ffi.convert(receive))
         return exe
 
     def __repr__(self) -> str:
         return f"shapefn.Executable(functions={self.function_names}, kernels={len(self.kernel_names)})"
-
-
-def _library_function(library, name: str):
-    try:
-        return library[name]
-    except (AttributeError, KeyError, ValueError, RuntimeError):
-        return None

@@ -15,6 +15,7 @@ namespace shapefn {
 //   type         TypeError: wrong type or dtype
 //   key          KeyError: unknown name
 //   index        IndexError
+//   not_found    FileNotFoundError: a file the executable names is missing
 //   format       shapefn.ExecutableFormatError: malformed executable
 //   dependence   shapefn.DataDependenceError: mask contradicts the function
 //   runtime      RuntimeError: a kernel or device failed
@@ -24,6 +25,7 @@ namespace shapefn {
   X(kType, "type")             \
   X(kKey, "key")               \
   X(kIndex, "index")           \
+  X(kNotFound, "not_found")    \
   X(kFormat, "format")         \
   X(kDependence, "dependence") \
   X(kRuntime, "runtime")       \
