@@ -32,7 +32,8 @@ def test_cpp_unit_tests_pass(report):
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-@pytest.mark.parametrize("suite", ["Verifier", "Registry", "StridedSlice", "Reshape", "TopK", "Broadcast"])
+@pytest.mark.parametrize("suite", ["Verifier", "Registry", "StridedSlice", "Reshape", "TopK", "Broadcast",
+                                   "BroadcastTo", "Tile", "Full", "Arange"])
 def test_cpp_suite_ran(report, suite):
     _, root = report
     ran = [case for case in root.iter("testcase") if case.get("classname") == suite and case.get("result") != "skipped"]

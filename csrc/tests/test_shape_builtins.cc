@@ -3,6 +3,7 @@
 // op's definition (numpy slicing, ONNX Reshape, numpy broadcasting, ...).
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,10 +17,11 @@ namespace {
 struct In {
   ShapeVec shape;
   std::vector<int64_t> values;
+  bool has_value = false;
 
-  static In Shape(ShapeVec s) { return In{std::move(s), {}}; }
-  static In Vector(std::vector<int64_t> v) { return In{{static_cast<int64_t>(v.size())}, std::move(v)}; }
-  static In Scalar(int64_t v) { return In{{}, {v}}; }
+  static In Shape(ShapeVec s) { return In{std::move(s), {}, false}; }
+  static In Vector(std::vector<int64_t> v) { return In{{static_cast<int64_t>(v.size())}, std::move(v), true}; }
+  static In Scalar(int64_t v) { return In{{}, {v}, true}; }
 };
 
 // Runs the registered shape function of `op` and returns its output shapes.
@@ -35,7 +37,7 @@ std::vector<ShapeVec> OutputsOf(const std::string& op, std::vector<In> ins, std:
     tensors[static_cast<size_t>(i)] =
         DLTensor{in.values.data(), DLDevice{kDLCPU, 0}, ndim, DLDataType{kDLInt, 64, 1}, in.shape.data(), nullptr, 0};
     const bool value = entry->NeedsValue(i);
-    EXPECT_EQ(value, !in.values.empty()) << op << " input " << i;
+    EXPECT_EQ(value, in.has_value) << op << " input " << i;
     inputs[static_cast<size_t>(i)] = ShapeFuncInput{in.shape.data(), ndim, DLDataType{kDLInt, 64, 1},
                                                     value ? &tensors[static_cast<size_t>(i)] : nullptr};
   }
@@ -179,6 +181,43 @@ TEST(BroadcastTo, TakesTheRequestedShape) {
   ValueError([] { OutputOf("dyn.broadcast_to", {In::Shape({2, 3}), In::Vector({3})}); });
   // bidirectional=1 (ONNX Expand): the target is broadcast by the data too.
   EXPECT_EQ(OutputOf("dyn.broadcast_to", {In::Shape({3, 1}), In::Vector({4})}, {1}), (ShapeVec{3, 4}));
+}
+
+// -- tile: numpy.tile, the shorter of shape and repeats padded with 1s --------
+
+TEST(Tile, NumpyRule) {
+  EXPECT_EQ(OutputOf("dyn.tile", {In::Shape({2, 3}), In::Vector({2, 2})}), (ShapeVec{4, 6}));
+  EXPECT_EQ(OutputOf("dyn.tile", {In::Shape({2, 3}), In::Vector({3})}), (ShapeVec{2, 9}));
+  EXPECT_EQ(OutputOf("dyn.tile", {In::Shape({3}), In::Vector({2, 1, 2})}), (ShapeVec{2, 1, 6}));
+  EXPECT_EQ(OutputOf("dyn.tile", {In::Shape({2, 3}), In::Vector({0, 1})}), (ShapeVec{0, 3}));
+  ValueError([] { OutputOf("dyn.tile", {In::Shape({2}), In::Vector({-1})}); });
+}
+
+// -- zeros / full: the output shape is the shape value -------------------------
+
+TEST(Full, ShapeIsTheValue) {
+  EXPECT_EQ(OutputOf("dyn.zeros", {In::Vector({2, 0, 5})}), (ShapeVec{2, 0, 5}));
+  EXPECT_EQ(OutputOf("relax.ones", {In::Vector({})}), (ShapeVec{}));
+  EXPECT_EQ(OutputOf("dyn.full", {In::Shape({}), In::Vector({3, 4})}), (ShapeVec{3, 4}));
+  ValueError([] { OutputOf("dyn.zeros", {In::Vector({2, -2})}); });
+  // 2^62 * 4 elements overflow int64.
+  ValueError([] { OutputOf("dyn.zeros", {In::Vector({int64_t{1} << 62, 4})}); });
+}
+
+// -- arange: len(range(start, stop, step)) for integers ------------------------
+
+TEST(Arange, IntegerLength) {
+  auto arange = [](int64_t start, int64_t stop, int64_t step) {
+    return OutputOf("dyn.arange", {In::Scalar(start), In::Scalar(stop), In::Scalar(step)});
+  };
+  EXPECT_EQ(arange(0, 10, 3), (ShapeVec{4}));   // 0,3,6,9
+  EXPECT_EQ(arange(10, 0, -3), (ShapeVec{4}));  // 10,7,4,1
+  EXPECT_EQ(arange(5, 5, 1), (ShapeVec{0}));
+  EXPECT_EQ(arange(5, 0, 1), (ShapeVec{0}));
+  // The distance overflows int64 but not the length.
+  EXPECT_EQ(arange(INT64_MIN, INT64_MAX, INT64_MAX), (ShapeVec{3}));
+  EXPECT_NE(ValueError([&] { arange(0, 1, 0); }).find("step is 0"), std::string::npos);
+  EXPECT_NE(ValueError([&] { arange(INT64_MIN, INT64_MAX, 1); }).find("overflows int64"), std::string::npos);
 }
 
 }  // namespace
