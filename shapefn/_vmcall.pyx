@@ -8,7 +8,6 @@ copying; they are kept alive until the VM drops its last reference.
 from cpython.buffer cimport PyBUF_RECORDS_RO, PyBuffer_IsContiguous, PyBuffer_Release, PyObject_GetBuffer
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdint cimport int64_t, uintptr_t
-from libcpp cimport bool as cbool
 from libcpp.memory cimport shared_ptr
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -17,45 +16,43 @@ import sys
 
 import numpy as np
 
-from shapefn import errors as _errors
-
 cdef extern from "shapefn/value.h" namespace "shapefn":
     cdef cppclass TensorObj:
         pass
     cdef cppclass Value:
         pass
+    cdef enum class ValueKind "shapefn::Value::Kind":
+        kEmpty
+        kInt
+        kShape
+        kTensor
+        kTuple
 
 ctypedef shared_ptr[TensorObj] TensorRef
 
+cdef extern from "errors.h" namespace "shapefn::python":
+    bint LoadExceptionTable() except False
+    void RaiseCurrentException()
+
 cdef extern from "vmcall_support.h" namespace "shapefn::vmcall":
-    void SetErrorClasses(PyObject*, PyObject*)
-    void TranslateError()
-    int KindOf(const Value*)
+    ValueKind KindOf(const Value*)
     int64_t IntOf(const Value*)
     vector[int64_t] ShapeOfValue(const Value*)
     TensorRef TensorOfValue(const Value*)
     size_t TupleSize(const Value*)
     Value* TupleField(const Value*, size_t)
     Value TensorValue(const TensorRef&)
-    TensorRef WrapHost(void*, int, const int64_t*, int, int, void (*)(void*) noexcept, void*) except +TranslateError
-    Value Invoke(uintptr_t, int, vector[Value]&) except +TranslateError nogil
-    Value InvokeProfiled(uintptr_t, int, vector[Value]&, uintptr_t) except +TranslateError nogil
+    TensorRef WrapHost(void*, int, const int64_t*, int, int, void (*)(void*) noexcept, void*) except +RaiseCurrentException
+    Value Invoke(uintptr_t, int, vector[Value]&) except +RaiseCurrentException nogil
+    Value InvokeProfiled(uintptr_t, int, vector[Value]&, uintptr_t) except +RaiseCurrentException nogil
     string DeviceName(const TensorRef&)
-    cbool OnHost(const TensorRef&)
     string DTypeName(const TensorRef&)
     void* DataPtr(const TensorRef&)
     const vector[int64_t]& TensorShape(const TensorRef&)
-    void ToHost(const TensorRef&, void*) except +TranslateError nogil
-    size_t NBytes(const TensorRef&) except +TranslateError
+    void ToHost(const TensorRef&, void*) except +RaiseCurrentException nogil
+    size_t NBytes(const TensorRef&) except +RaiseCurrentException
 
-SetErrorClasses(<PyObject*>_errors.ExecutableFormatError, <PyObject*>_errors.DataDependenceError)
-
-cdef enum:
-    KIND_EMPTY = 0
-    KIND_INT = 1
-    KIND_SHAPE = 2
-    KIND_TENSOR = 3
-    KIND_TUPLE = 4
+LoadExceptionTable()
 
 # numpy dtype kinds the VM accepts: int, uint, float, bool.
 cdef str _VM_KINDS = "iufb"
@@ -123,20 +120,20 @@ cdef int _MAX_TUPLE_DEPTH = 1000
 
 
 cdef object _to_python(const Value* v, int depth=0):
-    cdef int kind = KindOf(v)
+    cdef ValueKind kind = KindOf(v)
     cdef Tensor t
     cdef size_t i
-    if kind == KIND_TENSOR:
+    if kind == ValueKind.kTensor:
         t = Tensor.__new__(Tensor)
         t.ref = TensorOfValue(v)
         return t
-    if kind == KIND_TUPLE:
+    if kind == ValueKind.kTuple:
         if depth >= _MAX_TUPLE_DEPTH:
             raise RecursionError(f"the result nests tuples more than {_MAX_TUPLE_DEPTH} deep")
         return tuple([_to_python(TupleField(v, i), depth + 1) for i in range(TupleSize(v))])
-    if kind == KIND_INT:
+    if kind == ValueKind.kInt:
         return IntOf(v)
-    if kind == KIND_SHAPE:
+    if kind == ValueKind.kShape:
         return tuple(ShapeOfValue(v))
     return None
 
@@ -165,8 +162,8 @@ cdef bint _lend_array(object arr, Value* out) except -1:
     """Lends ``arr`` to the VM (kept alive until the VM drops it) if it is a
     C-contiguous array of a native-order bool, int, uint or float dtype;
     returns False, lending nothing, otherwise. Everything comes from the
-    buffer protocol: numpy's attributes cost far more (``ctypes.data``
-    alone takes microseconds)."""
+    buffer protocol, which is cheaper than numpy's attributes (see
+    docs/bench for the per-call overhead)."""
     cdef Py_buffer view
     cdef vector[int64_t] shape
     cdef const int64_t* dims

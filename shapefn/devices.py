@@ -2,19 +2,17 @@
 shapefn's own runtime, and TVM devices."""
 from __future__ import annotations
 
-import threading
-
 from . import _core
 
 Device = _core.Device
 
-#: PCIe 4.0 x16: ~25 GB/s achievable (31.5 GB/s nominal), ~10 us per transfer.
-DEFAULT_LATENCY_S = 10e-6
-DEFAULT_BANDWIDTH_BYTES_PER_S = 25e9
-DEFAULT_ARENA_BYTES = 4 << 30
+#: Device slot numbers by name ("host", "device", "any"), from shapefn/device_slot.h.
+DEVICE_SLOTS: dict[str, int] = _core.device_slots()
 
-_default_sim: Device | None = None
-_lock = threading.Lock()
+_SIM_DEFAULTS = _core.sim_defaults()  # shapefn::SimConfig
+DEFAULT_LATENCY_S: float = _SIM_DEFAULTS["latency_s"]
+DEFAULT_BANDWIDTH_BYTES_PER_S: float = _SIM_DEFAULTS["bandwidth_bytes_per_s"]
+DEFAULT_ARENA_BYTES: int = _SIM_DEFAULTS["arena_bytes"]
 
 
 def sim(
@@ -41,23 +39,13 @@ def device(spec: str | Device = "sim") -> Device:
     """A device from its name: ``"host"``, ``"sim"`` (one shared per process),
     ``"opencl"`` / ``"opencl:1"`` (shapefn's OpenCL runtime; one per index),
     or a TVM device such as ``"cuda"`` / ``"cuda:1"`` reached through TVM's DeviceAPI."""
-    global _default_sim
     if isinstance(spec, Device):
         return spec
     if not isinstance(spec, str):
         raise TypeError(f"device must be a name or a shapefn.Device, got {type(spec).__name__}")
-    if spec == "host":
-        return _core.host_device()
-    if spec == "sim":
-        with _lock:
-            if _default_sim is None:
-                _default_sim = sim()
-            return _default_sim
-    if spec == "opencl" or spec.startswith("opencl:"):
-        return _core.opencl_device(spec)
-    import tvm  # noqa: F401  (loads TVM's runtime, which registers its DeviceAPIs)
-
-    return _core.tvm_device(spec)
+    if spec not in ("host", "sim") and _core.parse_device_name(spec)[0] != "opencl":
+        import tvm  # noqa: F401  (loads TVM's runtime, which registers its DeviceAPIs)
+    return _core.make_device(spec)
 
 
 def tvm_device_exists(spec: str) -> bool:
@@ -113,8 +101,8 @@ def reset_device_counters(spec: str) -> None:
 
 
 def _opencl_index(spec: str) -> int:
-    if spec == "opencl":
-        return 0
-    if isinstance(spec, str) and spec.startswith("opencl:") and spec[7:].isdigit():
-        return int(spec[7:])
+    if isinstance(spec, str):
+        kind, index = _core.parse_device_name(spec)
+        if kind == "opencl":
+            return index
     raise ValueError(f"device counters are kept for OpenCL devices ('opencl', 'opencl:<i>'), not {spec!r}")

@@ -80,31 +80,23 @@ class Executable:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Executable":
-        """Reads and verifies an executable; raises ``ExecutableFormatError``
-        for a truncated or corrupt file."""
+        """Reads and verifies an executable and loads the kernel library saved
+        beside it; raises ``ExecutableFormatError`` for a truncated or corrupt
+        file, ``FileNotFoundError`` when the library is missing."""
         path = os.fspath(path)
         core = _core.Executable.load(path)
-        kernels, library, exe_library_path = {}, None, None
         if core.kernel_library:
-            import tvm
+            import tvm  # noqa: F401  (loads TVM's runtime, which compiled kernels call)
+            import tvm_ffi
 
-            lib_path = os.path.join(os.path.dirname(path) or ".", core.kernel_library)
-            if not os.path.exists(lib_path):
-                raise FileNotFoundError(f"kernel library '{lib_path}' of executable '{path}' is missing")
-            library = tvm.runtime.load_module(lib_path)
-            exe_library_path = lib_path
-            for name in core.kernels:
-                fn = _library_function(library, name)
-                if fn is not None:
-                    kernels[name] = fn
-        return cls(core, kernels, library, library_path=exe_library_path)
+            loaded = {}
+
+            def receive(library_path, library, kernels):
+                loaded.update(library_path=library_path, library=library, kernels=dict(kernels))
+
+            _core.load_kernel_library(path, core.kernel_library, core.kernels, tvm_ffi.convert(receive))
+            return cls(core, loaded["kernels"], loaded["library"], library_path=loaded["library_path"])
+        return cls(core)
 
     def __repr__(self) -> str:
         return f"shapefn.Executable(functions={self.function_names}, kernels={len(self.kernel_names)})"
-
-
-def _library_function(library, name: str):
-    try:
-        return library[name]
-    except (AttributeError, KeyError, ValueError, RuntimeError):
-        return None

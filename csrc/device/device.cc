@@ -59,9 +59,6 @@ class HostCpu final : public Device {
     if (n) std::memcpy(dst, src, n);
     return 0.0;
   }
-  void CopyWithin(void* dst, const void* src, size_t n) override {
-    if (n) std::memcpy(dst, src, n);
-  }
   void Sync() override {}
 };
 

@@ -86,10 +86,6 @@ class SimDevice final : public Device {
     if (n) std::memcpy(dst, src, n);
     return Transfer(false, n);
   }
-  void CopyWithin(void* dst, const void* src, size_t n) override {
-    auto exclusive = LockIfStrict();
-    if (n) std::memmove(dst, src, n);
-  }
   void Sync() override { RecordSync(); }
 
   void BeginHostShapeWork() override {

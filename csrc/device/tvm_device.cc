@@ -23,21 +23,9 @@ DeviceSpec ParseSpec(const std::string& spec) {
       {"cpu", kDLCPU},       {"cuda", kDLCUDA},     {"cuda_host", kDLCUDAHost},
       {"opencl", kDLOpenCL}, {"vulkan", kDLVulkan}, {"metal", kDLMetal},
       {"rocm", kDLROCM},     {"ext_dev", kDLExtDev}};
-  std::string kind = spec;
-  int index = 0;
-  auto colon = spec.find(':');
-  if (colon != std::string::npos) {
-    kind = spec.substr(0, colon);
-    try {
-      size_t used = 0;
-      index = std::stoi(spec.substr(colon + 1), &used);
-      if (used != spec.size() - colon - 1 || index < 0) throw std::invalid_argument(spec);
-    } catch (const std::exception&) {
-      Fail(ErrorKind::kValue, "device '" + spec + "': the index after ':' must be a non-negative integer");
-    }
-  }
+  DeviceName parsed = ParseDeviceName(spec);
   for (const auto& [name, type] : kKinds) {
-    if (kind == name) return {kind, DLDevice{type, index}};
+    if (parsed.kind == name) return {parsed.kind, DLDevice{type, parsed.index}};
   }
   Fail(ErrorKind::kValue, "unknown device '" + spec +
                               "' (expected host, sim, or a TVM device: cpu, cuda, opencl, vulkan, metal, rocm, ext_dev)");
@@ -67,7 +55,7 @@ class TvmDevice final : public Device {
     try {
       return api_->AllocDataSpace(device_, nbytes == 0 ? 1 : nbytes, alignment, DLDataType{kDLUInt, 8, 1});
     } catch (const std::exception& e) {
-      Fail(ErrorKind::kRuntime, spec_ + ": allocation of " + std::to_string(nbytes) + " bytes failed: " + e.what());
+      FailFromCaught(ErrorKind::kRuntime, spec_ + ": allocation of " + std::to_string(nbytes) + " bytes failed: " + e.what());
     }
   }
   void Free(void* ptr) override { api_->FreeDataSpace(device_, ptr); }
@@ -81,9 +69,6 @@ class TvmDevice final : public Device {
     Copy(const_cast<void*>(host_src), DLDevice{kDLCPU, 0}, dst, device_, n);
     Record(false, n, 0.0);
     return 0.0;
-  }
-  void CopyWithin(void* dst, const void* src, size_t n) override {
-    Copy(const_cast<void*>(src), device_, dst, device_, n);
   }
   void Sync() override {
     api_->StreamSync(device_, nullptr);
@@ -100,7 +85,7 @@ class TvmDevice final : public Device {
     try {
       api_->CopyDataFromTo(&a, &b, nullptr);
     } catch (const std::exception& e) {
-      Fail(ErrorKind::kRuntime, spec_ + ": copy of " + std::to_string(n) + " bytes failed: " + e.what());
+      FailFromCaught(ErrorKind::kRuntime, spec_ + ": copy of " + std::to_string(n) + " bytes failed: " + e.what());
     }
   }
 

@@ -3,6 +3,7 @@
 
 #include "common.h"
 #include "shapefn/device.h"
+#include "shapefn/device_slot.h"
 #include "shapefn/opencl.h"
 
 namespace shapefn::python {
@@ -28,7 +29,35 @@ void RegisterDevices(py::module_& m) {
       .def("_end_host_shape_work", &Device::EndHostShapeWork)
       .def("__repr__", [](const Device& d) { return "<shapefn.Device " + d.name() + ">"; });
 
-  m.def("host_device", &HostDevice);
+  m.def("make_device", &MakeDevice, "The device a name gives (shapefn::MakeDevice).");
+  m.def(
+      "parse_device_name",
+      [](const std::string& name) {
+        DeviceName parsed = ParseDeviceName(name);
+        return py::make_tuple(parsed.kind, parsed.index);
+      },
+      "(kind, index) of a device name (shapefn::ParseDeviceName).");
+  m.def(
+      "device_slots",
+      [] {
+        py::dict slots;
+#define SHAPEFN_DEVICE_SLOT_ITEM(constant, value, name) slots[name] = value;
+        SHAPEFN_DEVICE_SLOTS(SHAPEFN_DEVICE_SLOT_ITEM)
+#undef SHAPEFN_DEVICE_SLOT_ITEM
+        return slots;
+      },
+      "Device slot numbers by name (shapefn/device_slot.h).");
+  m.def(
+      "sim_defaults",
+      [] {
+        SimConfig c;
+        py::dict out;
+        out["latency_s"] = c.latency_s;
+        out["bandwidth_bytes_per_s"] = c.bandwidth_bytes_per_s;
+        out["arena_bytes"] = c.arena_bytes;
+        return out;
+      },
+      "The default cost model and arena size of the sim device (shapefn::SimConfig).");
   m.def(
       "sim_device",
       [](double latency_s, double bandwidth, size_t arena_bytes, bool strict, bool realtime) {
@@ -42,14 +71,12 @@ void RegisterDevices(py::module_& m) {
       },
       py::arg("latency_s"), py::arg("bandwidth_bytes_per_s"), py::arg("arena_bytes"), py::arg("strict"),
       py::arg("realtime"));
-  m.def("tvm_device", &MakeTvmDevice);
-  m.def("opencl_device", &MakeOpenCLDevice);
   m.def("opencl_unavailable_reason", &OpenCLUnavailableReason);
   m.def("opencl_devices", [] {
     py::list out;
     for (const OpenCLDeviceInfo& d : OpenCLDevices()) {
       py::dict info;
-      info["name"] = "opencl:" + std::to_string(d.index);
+      info["name"] = OpenCLDeviceName(d.index);
       info["device"] = d.name;
       info["type"] = d.type;
       info["vendor"] = d.vendor;

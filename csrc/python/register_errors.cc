@@ -1,31 +1,48 @@
-// The one place C++ errors become Python exceptions (for pybind11 calls; the
-// Cython call path mirrors this table in _vmcall.pyx).
+// Errors at the pybind11 boundary: every shapefn::Error and tvm-ffi error a
+// binding lets through is raised by RaisePython (errors.h), the same path the
+// Cython call path takes. `error_kinds()` lists the C++ kinds for the tests
+// that check shapefn.errors.EXCEPTION_OF_KIND against them.
+#include "errors.h"
+
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
 #include "common.h"
-#include "shapefn/error.h"
 
 namespace shapefn::python {
 
 void RegisterErrors(py::module_& m) {
-  py::module_ errors = py::module_::import("shapefn.errors");
-  // Leaked on purpose: the translator may run until interpreter shutdown.
-  static PyObject* format_error = py::object(errors.attr("ExecutableFormatError")).release().ptr();
-  static PyObject* dependence_error = py::object(errors.attr("DataDependenceError")).release().ptr();
+  if (!LoadExceptionTable()) throw py::error_already_set();
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
-    } catch (const Error& e) {
-      switch (e.kind()) {
-        case ErrorKind::kValue: PyErr_SetString(PyExc_ValueError, e.what()); return;
-        case ErrorKind::kType: PyErr_SetString(PyExc_TypeError, e.what()); return;
-        case ErrorKind::kKey: PyErr_SetString(PyExc_KeyError, e.what()); return;
-        case ErrorKind::kIndex: PyErr_SetString(PyExc_IndexError, e.what()); return;
-        case ErrorKind::kFormat: PyErr_SetString(format_error, e.what()); return;
-        case ErrorKind::kDependence: PyErr_SetString(dependence_error, e.what()); return;
-        case ErrorKind::kRuntime: PyErr_SetString(PyExc_RuntimeError, e.what()); return;
-        case ErrorKind::kInterrupted: PyErr_SetString(PyExc_KeyboardInterrupt, e.what()); return;
-      }
+    } catch (const Error&) {
+      RaisePython(p);
+    } catch (const tvm::ffi::Error&) {
+      RaisePython(p);
     }
   });
+  m.def(
+      "error_kinds",
+      [] {
+        std::vector<std::string> names;
+#define SHAPEFN_ERROR_KIND_NAME(kind, name) names.push_back(name);
+        SHAPEFN_ERROR_KINDS(SHAPEFN_ERROR_KIND_NAME)
+#undef SHAPEFN_ERROR_KIND_NAME
+        return names;
+      },
+      "The names of the C++ error kinds (SHAPEFN_ERROR_KINDS), in enum order.");
+  m.def(
+      "_raise_error",
+      [](const std::string& kind, const std::string& message) {
+        for (int i = 0; i < kNumErrorKinds; ++i) {
+          if (kind == ErrorKindName(static_cast<ErrorKind>(i))) Fail(static_cast<ErrorKind>(i), message);
+        }
+        Fail(ErrorKind::kKey, "no error kind '" + kind + "'");
+      },
+      "Throws a shapefn::Error of `kind` (for tests of the error path).");
 }
 
 }  // namespace shapefn::python

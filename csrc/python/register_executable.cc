@@ -3,6 +3,7 @@
 
 #include "common.h"
 #include "shapefn/executable.h"
+#include "shapefn/kernel_library.h"
 #include "shapefn/tensor.h"
 #include "vm/isa.h"
 
@@ -76,6 +77,19 @@ void RegisterExecutable(py::module_& m) {
     }
     return out;
   });
+  m.def(
+      "load_kernel_library",
+      [](const std::string& executable_path, const std::string& library_name,
+         const std::vector<std::string>& kernel_names, const py::object& receive) {
+        KernelLibrary library = LoadKernelLibrary(executable_path, library_name, kernel_names);
+        tvm::ffi::Map<tvm::ffi::String, tvm::ffi::Function> kernels;
+        for (const auto& [name, fn] : library.kernels) kernels.Set(name, fn);
+        // tvm-ffi hands the module and functions to Python as its own objects.
+        FunctionFromPython(receive)(library.path, library.module, kernels);
+      },
+      py::arg("executable_path"), py::arg("library_name"), py::arg("kernel_names"), py::arg("receive"),
+      "Loads an executable's kernel library (shapefn::LoadKernelLibrary) and calls the tvm_ffi.Function "
+      "`receive(path, module, kernels)` with it.");
   m.def("encode_dtype", [](const std::string& dtype) { return EncodeDType(DTypeFromString(dtype)); });
 
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "common.h"
+#include "shapefn/error.h"
 #include "shapefn/registry.h"
 #include "shapefn/tensor.h"
 
@@ -31,7 +32,7 @@ DLDataType DTypeOfArray(const py::array& a) {
     case 'u': return DLDataType{kDLUInt, bits, 1};
     case 'f': return DLDataType{kDLFloat, bits, 1};
     case 'b': return DLDataType{kDLBool, 8, 1};
-    default: throw py::type_error("unsupported numpy dtype " + py::str(dt).cast<std::string>());
+    default: Fail(ErrorKind::kType, "unsupported numpy dtype " + py::str(dt).cast<std::string>());
   }
 }
 
@@ -39,10 +40,10 @@ DLDataType DTypeOfArray(const py::array& a) {
 py::list EvalShapeFunc(const std::string& op, const py::list& inputs,
                                     const std::vector<int64_t>& attrs) {
   ShapeFuncEntryPtr entry = ShapeFuncRegistry::Global().Lookup(op);
-  if (entry->native == nullptr) throw py::value_error("'" + op + "' has no native shape function");
+  if (entry->native == nullptr) Fail(ErrorKind::kValue, "'" + op + "' has no native shape function");
   const size_t n = inputs.size();
   if (entry->arity >= 0 && static_cast<int>(n) != entry->arity) {
-    throw py::value_error("'" + op + "' takes " + std::to_string(entry->arity) + " inputs, got " + std::to_string(n));
+    Fail(ErrorKind::kValue, "'" + op + "' takes " + std::to_string(entry->arity) + " inputs, got " + std::to_string(n));
   }
   std::vector<py::array> arrays(n);
   std::vector<ShapeVec> shapes(n);
@@ -52,14 +53,14 @@ py::list EvalShapeFunc(const std::string& op, const py::list& inputs,
     py::handle item = inputs[i];
     if (py::isinstance<py::tuple>(item)) {
       if (entry->NeedsValue(static_cast<int>(i))) {
-        throw py::value_error("'" + op + "' input " + std::to_string(i) + " needs a value, got only a shape");
+        Fail(ErrorKind::kValue, "'" + op + "' input " + std::to_string(i) + " needs a value, got only a shape");
       }
       shapes[i] = item.cast<ShapeVec>();
       in[i] = ShapeFuncInput{shapes[i].data(), static_cast<int>(shapes[i].size()), DLDataType{kDLFloat, 32, 1}, nullptr};
       continue;
     }
     arrays[i] = py::array::ensure(item, py::array::c_style);
-    if (!arrays[i]) throw py::type_error("input " + std::to_string(i) + " must be a numpy array or a shape tuple");
+    if (!arrays[i]) Fail(ErrorKind::kType, "input " + std::to_string(i) + " must be a numpy array or a shape tuple");
     const py::array& a = arrays[i];
     shapes[i].assign(a.shape(), a.shape() + a.ndim());
     DLDataType dtype = DTypeOfArray(a);
@@ -80,19 +81,19 @@ std::vector<bool> CheckMask(const py::object& mask) {
   std::vector<bool> out;
   if (py::isinstance<py::bool_>(mask)) return {mask.cast<bool>()};
   if (!py::isinstance<py::sequence>(mask) || py::isinstance<py::str>(mask)) {
-    throw py::type_error("data_dependent must be a bool or a list of bools, got " +
+    Fail(ErrorKind::kType, "data_dependent must be a bool or a list of bools, got " +
                          py::str(py::type::of(mask)).cast<std::string>());
   }
   size_t i = 0;
   for (py::handle item : mask) {
     if (!py::isinstance<py::bool_>(item)) {
-      throw py::type_error("data_dependent[" + std::to_string(i) + "] must be a bool, got " +
+      Fail(ErrorKind::kType, "data_dependent[" + std::to_string(i) + "] must be a bool, got " +
                            py::str(py::type::of(item)).cast<std::string>());
     }
     out.push_back(item.cast<bool>());
     ++i;
   }
-  if (out.empty()) throw py::value_error("data_dependent must not be empty");
+  if (out.empty()) Fail(ErrorKind::kValue, "data_dependent must not be empty");
   return out;
 }
 
@@ -117,7 +118,6 @@ void RegisterRegistry(py::module_& m) {
   m.def("check_mask", &CheckMask);
   m.def("entry_info", [](const std::string& name) { return EntryInfo(*ShapeFuncRegistry::Global().Lookup(name)); });
   m.def("registered_ops", [] { return ShapeFuncRegistry::Global().Names(); });
-  m.def("canonical_name", [](const std::string& name) { return ShapeFuncRegistry::Global().Canonical(name); });
   m.def("eval_shape_func", &EvalShapeFunc, py::arg("op"), py::arg("inputs"), py::arg("attrs") = std::vector<int64_t>{},
         "Runs a native shape function on numpy values / shape tuples (for tests and tools).");
 }

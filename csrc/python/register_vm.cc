@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "common.h"
+#include "shapefn/error.h"
 #include "shapefn/vm.h"
 
 namespace shapefn::python {
@@ -50,14 +51,14 @@ void RegisterVM(py::module_& m) {
       .def(py::init([](std::shared_ptr<Executable> exe, std::shared_ptr<Device> device, const std::string& dependence,
                        const py::dict& kernels, int64_t max_instructions) {
              VMOptions options;
-             if (max_instructions < 0) throw py::value_error("max_instructions must be >= 0");
+             if (max_instructions < 0) Fail(ErrorKind::kValue, "max_instructions must be >= 0");
              options.max_instructions = max_instructions;
              if (dependence == "per-input") {
                options.dependence = Dependence::kPerInput;
              } else if (dependence == "per-op") {
                options.dependence = Dependence::kPerOp;
              } else {
-               throw py::value_error("dependence must be 'per-input' or 'per-op', got '" + dependence + "'");
+               Fail(ErrorKind::kValue, "dependence must be 'per-input' or 'per-op', got '" + dependence + "'");
              }
              std::map<std::string, tvm::ffi::Function> table;
              for (auto kv : kernels) table.emplace(kv.first.cast<std::string>(), FunctionFromPython(kv.second));

@@ -1,5 +1,6 @@
 // C++ helpers for the Cython call path (shapefn/_vmcall.pyx): small inline
-// functions so the .pyx needs no knowledge of C++ enums or move semantics.
+// functions so the .pyx needs no knowledge of C++ members or move semantics.
+// Errors go through errors.h, as for the pybind11 bindings.
 #pragma once
 
 #include <Python.h>
@@ -7,47 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "shapefn/error.h"
 #include "shapefn/vm.h"
 
 namespace shapefn::vmcall {
 
-inline PyObject* format_error_class = nullptr;
-inline PyObject* dependence_error_class = nullptr;
-
-inline void SetErrorClasses(PyObject* format_error, PyObject* dependence_error) {
-  Py_XINCREF(format_error);
-  Py_XINCREF(dependence_error);
-  format_error_class = format_error;
-  dependence_error_class = dependence_error;
-}
-
-// Called inside a catch block by Cython (`except +TranslateError`): mirrors
-// csrc/python/register_errors.cc so both binding layers raise the same types.
-inline void TranslateError() {
-  try {
-    throw;
-  } catch (const Error& e) {
-    PyObject* type = PyExc_RuntimeError;
-    switch (e.kind()) {
-      case ErrorKind::kValue: type = PyExc_ValueError; break;
-      case ErrorKind::kType: type = PyExc_TypeError; break;
-      case ErrorKind::kKey: type = PyExc_KeyError; break;
-      case ErrorKind::kIndex: type = PyExc_IndexError; break;
-      case ErrorKind::kFormat: type = format_error_class ? format_error_class : PyExc_ValueError; break;
-      case ErrorKind::kDependence: type = dependence_error_class ? dependence_error_class : PyExc_ValueError; break;
-      case ErrorKind::kRuntime: type = PyExc_RuntimeError; break;
-      case ErrorKind::kInterrupted: type = PyExc_KeyboardInterrupt; break;
-    }
-    PyErr_SetString(type, e.what());
-  } catch (const std::bad_alloc&) {
-    PyErr_NoMemory();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-}
-
-inline int KindOf(const Value* v) { return static_cast<int>(v->kind); }
+inline Value::Kind KindOf(const Value* v) { return v->kind; }
 inline int64_t IntOf(const Value* v) { return v->i; }
 inline ShapeVec ShapeOfValue(const Value* v) { return v->shape; }
 inline TensorRef TensorOfValue(const Value* v) { return v->tensor; }
@@ -73,7 +38,6 @@ inline Value InvokeProfiled(uintptr_t vm, int function_index, std::vector<Value>
 }
 
 inline std::string DeviceName(const TensorRef& t) { return t->device()->name(); }
-inline bool OnHost(const TensorRef& t) { return t->device()->is_host(); }
 inline std::string DTypeName(const TensorRef& t) { return DTypeToString(t->dtype); }
 inline void* DataPtr(const TensorRef& t) { return t->data(); }
 inline const ShapeVec& TensorShape(const TensorRef& t) { return t->shape; }

@@ -101,7 +101,7 @@ void SetTensor(Value& dst, TensorRef t) {
   try {
     kernel.CallPacked(args.data(), static_cast<int32_t>(args.size()), &rv);
   } catch (const tvm::ffi::Error& e) {
-    Fail(ErrorKind::kRuntime, "kernel '" + name + "' failed: " + e.kind() + ": " + e.message());
+    FailFromCaught(ErrorKind::kRuntime, "kernel '" + name + "' failed: " + e.kind() + ": " + e.message());
   }
 }
 

@@ -175,7 +175,7 @@ void VirtualMachine::Impl::CallCompiledShapeFunc(size_t sf, int n_in, int n_out,
       fresh.fn = result[0].cast<tvm::ffi::Function>();
       for (size_t j = 1; j < result.size(); ++j) fresh.out_ndims.push_back(result[j].cast<int64_t>());
     } catch (const tvm::ffi::Error& e) {
-      Fail(ErrorKind::kRuntime, "compiling the shape function of '" + entry.name + "' for (" + signature +
+      FailFromCaught(ErrorKind::kRuntime, "compiling the shape function of '" + entry.name + "' for (" + signature +
                                     ") failed: " + e.kind() + ": " + e.message());
     }
     cache.push_back(std::move(fresh));
@@ -214,7 +214,7 @@ void VirtualMachine::Impl::CallCompiledShapeFunc(size_t sf, int n_in, int n_out,
     compiled->fn.CallPacked(args.data(), static_cast<int32_t>(args.size()), &rv);
   } catch (const tvm::ffi::Error& e) {
     device.EndHostShapeWork();
-    Fail(ErrorKind::kRuntime, "shape function of '" + entry.name + "' failed: " + e.kind() + ": " + e.message());
+    FailFromCaught(ErrorKind::kRuntime, "shape function of '" + entry.name + "' failed: " + e.kind() + ": " + e.message());
   }
   device.EndHostShapeWork();
   if (profiler_ != nullptr) profiler_->ShapeFunc(entry.name, false, start);

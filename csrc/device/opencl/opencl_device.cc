@@ -12,7 +12,7 @@ namespace {
 
 class OpenCLDevice final : public Device {
  public:
-  explicit OpenCLDevice(int index) : index_(index), name_("opencl:" + std::to_string(index)) {}
+  explicit OpenCLDevice(int index) : index_(index), name_(OpenCLDeviceName(index)) {}
 
   std::string name() const override { return name_; }
   DLDevice kernel_device() const override { return DLDevice{kDLOpenCL, index_}; }
@@ -34,7 +34,6 @@ class OpenCLDevice final : public Device {
     Record(false, n, 0.0);
     return 0.0;
   }
-  void CopyWithin(void* dst, const void* src, size_t n) override { opencl::Runtime::Global().CopyWithin(dst, src, n); }
   void Sync() override {
     opencl::Runtime::Global().Sync(index_);
     RecordSync();
@@ -47,17 +46,16 @@ class OpenCLDevice final : public Device {
 };
 
 int ParseIndex(const std::string& spec) {
-  if (spec == "opencl") return 0;
-  const std::string digits = spec.substr(std::string("opencl:").size());
-  if (digits.empty() || digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) {
-    Fail(ErrorKind::kValue, "device '" + spec + "': expected 'opencl' or 'opencl:<index>'");
-  }
-  return std::stoi(digits);
+  DeviceName parsed = ParseDeviceName(spec);
+  if (parsed.kind != "opencl") Fail(ErrorKind::kValue, "device '" + spec + "' is not an OpenCL device");
+  return parsed.index;
 }
 
 }  // namespace
 
-bool IsOpenCLSpec(const std::string& spec) { return spec == "opencl" || spec.rfind("opencl:", 0) == 0; }
+std::string OpenCLDeviceName(int index) { return "opencl:" + std::to_string(index); }
+
+bool IsOpenCLSpec(const std::string& spec) { return spec.substr(0, spec.find(':')) == "opencl"; }
 
 std::vector<OpenCLDeviceInfo> OpenCLDevices() {
   opencl::Runtime& rt = opencl::Runtime::Global();

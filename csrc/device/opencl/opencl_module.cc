@@ -23,6 +23,7 @@
 #include "device/modules/device_module_blob.h"
 #include "device/opencl/opencl_runtime.h"
 #include "shapefn/error.h"
+#include "shapefn/opencl.h"
 
 namespace shapefn::opencl {
 namespace {
@@ -135,7 +136,7 @@ class OpenCLModule final : public tvm::ffi::ModuleObj {
       if (log.size() > kLogShown) log = log.substr(0, kLogShown) + "\n... (log truncated)";
       std::string names;
       for (const auto& [name, spec] : kernels_) names += (names.empty() ? "" : ", ") + name;
-      p.build_error = "building the OpenCL program of kernels " + names + " for opencl:" + std::to_string(device) +
+      p.build_error = "building the OpenCL program of kernels " + names + " for " + OpenCLDeviceName(device) +
                       " (" + rt.info(device).name + ") failed: " + ClErrorString(code) + "\n" + log;
       return;
     }
@@ -187,7 +188,7 @@ class OpenCLModule final : public tvm::ffi::ModuleObj {
       cl_int code = cl.clEnqueueNDRangeKernel(rt.queue(device), k.kernel, static_cast<cl_uint>(work_dim), nullptr,
                                               global, local, 0, nullptr, nullptr);
       if (code != CL_SUCCESS) {
-        Fail(ErrorKind::kRuntime, "launching OpenCL kernel '" + spec.name + "' on opencl:" + std::to_string(device) +
+        Fail(ErrorKind::kRuntime, "launching OpenCL kernel '" + spec.name + "' on " + OpenCLDeviceName(device) +
                                       " with " + std::to_string(global[0] / local[0]) + "x" +
                                       std::to_string(global[1] / local[1]) + "x" +
                                       std::to_string(global[2] / local[2]) + " work-groups of " +

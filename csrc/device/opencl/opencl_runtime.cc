@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "shapefn/error.h"
+#include "shapefn/opencl.h"
 
 namespace shapefn::opencl {
 namespace {
@@ -20,8 +21,6 @@ constexpr size_t kSpareStagingBytes = size_t{512} << 20;
 constexpr size_t kPendingStagingBytes = size_t{1} << 30;
 
 uintptr_t RoundUp(uintptr_t value, uintptr_t multiple) { return (value + multiple - 1) / multiple * multiple; }
-
-std::string DeviceName(int device) { return "opencl:" + std::to_string(device); }
 
 }  // namespace
 
@@ -146,7 +145,7 @@ Runtime::Runtime() : next_address_(kFirstAddress) {
 Runtime::Device& Runtime::state(int device) const {
   if (device < 0 || device >= num_devices()) {
     if (!available()) Fail(ErrorKind::kValue, "no OpenCL device: " + unavailable_reason_);
-    Fail(ErrorKind::kValue, "no OpenCL device " + DeviceName(device) + ": this machine has " +
+    Fail(ErrorKind::kValue, "no OpenCL device " + OpenCLDeviceName(device) + ": this machine has " +
                                 std::to_string(num_devices()) + " (opencl:0 to opencl:" +
                                 std::to_string(num_devices() - 1) + ")");
   }
@@ -162,13 +161,13 @@ cl_context Runtime::context(int device) {
     const ClApi& cl = *api_;
     cl_int code = CL_SUCCESS;
     cl_context context = cl.clCreateContext(nullptr, 1, &d.id, nullptr, nullptr, &code);
-    Check(code, DeviceName(device) + " (" + d.info.name + "): creating a context");
+    Check(code, OpenCLDeviceName(device) + " (" + d.info.name + "): creating a context");
     // In order: kernels and copies run in the order they are enqueued, which
     // is the order the VM issues them.
     cl_command_queue queue = cl.clCreateCommandQueue(context, d.id, 0, &code);
     if (code != CL_SUCCESS) {
       cl.clReleaseContext(context);
-      Check(code, DeviceName(device) + " (" + d.info.name + "): creating a command queue");
+      Check(code, OpenCLDeviceName(device) + " (" + d.info.name + "): creating a command queue");
     }
     d.context = context;
     d.queue = queue;
@@ -185,13 +184,13 @@ void* Runtime::Alloc(int device, size_t nbytes, size_t alignment) {
   Device& d = state(device);
   const size_t size = nbytes == 0 ? 1 : nbytes;
   if (d.info.max_alloc_bytes > 0 && size > static_cast<size_t>(d.info.max_alloc_bytes)) {
-    Fail(ErrorKind::kRuntime, DeviceName(device) + ": cannot allocate " + std::to_string(nbytes) +
+    Fail(ErrorKind::kRuntime, OpenCLDeviceName(device) + ": cannot allocate " + std::to_string(nbytes) +
                                   " bytes in one buffer: the device's limit (CL_DEVICE_MAX_MEM_ALLOC_SIZE) is " +
                                   std::to_string(d.info.max_alloc_bytes) + " bytes");
   }
   cl_int code = CL_SUCCESS;
   cl_mem mem = api_->clCreateBuffer(context(device), CL_MEM_READ_WRITE, size, nullptr, &code);
-  Check(code, DeviceName(device) + ": allocating " + std::to_string(nbytes) + " bytes");
+  Check(code, OpenCLDeviceName(device) + ": allocating " + std::to_string(nbytes) + " bytes");
   uintptr_t base = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -262,13 +261,13 @@ cl_mem Runtime::KernelArgument(const void* address) {
   if (offset % static_cast<size_t>(info.sub_buffer_alignment) != 0) {
     Fail(ErrorKind::kValue, "a kernel argument starts " + std::to_string(offset) +
                                 " bytes into its buffer; OpenCL passes a buffer from an offset only at multiples of " +
-                                std::to_string(info.sub_buffer_alignment) + " bytes on " + DeviceName(a.device) +
+                                std::to_string(info.sub_buffer_alignment) + " bytes on " + OpenCLDeviceName(a.device) +
                                 " (CL_DEVICE_MEM_BASE_ADDR_ALIGN): place the tensor at an aligned offset");
   }
   cl_buffer_region region{offset, a.size - offset};
   cl_int code = CL_SUCCESS;
   cl_mem sub = api_->clCreateSubBuffer(a.mem, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &code);
-  Check(code, DeviceName(a.device) + ": a sub-buffer at offset " + std::to_string(offset));
+  Check(code, OpenCLDeviceName(a.device) + ": a sub-buffer at offset " + std::to_string(offset));
   a.sub_buffers[offset] = sub;
   return sub;
 }
@@ -300,7 +299,7 @@ namespace {
 void CheckRoom(const Region& r, size_t nbytes, const char* what) {
   if (nbytes > r.available) {
     Fail(ErrorKind::kValue, std::string(what) + " of " + std::to_string(nbytes) + " bytes runs past the end of " +
-                                DeviceName(r.device) + " memory (" + std::to_string(r.available) +
+                                OpenCLDeviceName(r.device) + " memory (" + std::to_string(r.available) +
                                 " bytes from that address)");
   }
 }
@@ -337,7 +336,7 @@ void Runtime::Write(void* device_dst, const void* host_src, size_t nbytes) {
   cl_event done = nullptr;
   Check(api_->clEnqueueWriteBuffer(queue(r.device), r.mem, CL_FALSE, r.offset, nbytes, staged.data.get(), 0,
                                    nullptr, &done),
-        DeviceName(r.device) + ": a copy of " + std::to_string(nbytes) + " bytes to the device");
+        OpenCLDeviceName(r.device) + ": a copy of " + std::to_string(nbytes) + " bytes to the device");
   {
     std::lock_guard<std::mutex> lock(d.uploads_mutex);
     d.uploads.emplace_back(done, std::move(staged));
@@ -353,7 +352,7 @@ void Runtime::Read(void* host_dst, const void* device_src, size_t nbytes) {
   CheckRoom(r, nbytes, "a copy to the host");
   Device& d = state(r.device);
   Check(api_->clEnqueueReadBuffer(queue(r.device), r.mem, CL_FALSE, r.offset, nbytes, host_dst, 0, nullptr, nullptr),
-        DeviceName(r.device) + ": a copy of " + std::to_string(nbytes) + " bytes to the host");
+        OpenCLDeviceName(r.device) + ": a copy of " + std::to_string(nbytes) + " bytes to the host");
   std::lock_guard<std::mutex> lock(d.counts_mutex);
   d.counts.d2h_copies += 1;
   d.counts.d2h_bytes += static_cast<int64_t>(nbytes);
@@ -376,7 +375,7 @@ void Runtime::CopyWithin(void* device_dst, const void* device_src, size_t nbytes
   Device& d = state(to.device);
   Check(api_->clEnqueueCopyBuffer(queue(to.device), from.mem, to.mem, from.offset, to.offset, nbytes, 0, nullptr,
                                   nullptr),
-        DeviceName(to.device) + ": a copy of " + std::to_string(nbytes) + " bytes within the device");
+        OpenCLDeviceName(to.device) + ": a copy of " + std::to_string(nbytes) + " bytes within the device");
   std::lock_guard<std::mutex> lock(d.counts_mutex);
   d.counts.d2d_copies += 1;
   d.counts.d2d_bytes += static_cast<int64_t>(nbytes);
@@ -384,7 +383,7 @@ void Runtime::CopyWithin(void* device_dst, const void* device_src, size_t nbytes
 
 void Runtime::Sync(int device) {
   Device& d = state(device);
-  Check(api_->clFinish(queue(device)), DeviceName(device) + ": waiting for the device (clFinish)");
+  Check(api_->clFinish(queue(device)), OpenCLDeviceName(device) + ": waiting for the device (clFinish)");
   {
     std::lock_guard<std::mutex> lock(d.uploads_mutex);
     ReapUploads(d);
@@ -401,7 +400,7 @@ void SetCurrentDevice(int device) { current_device = device; }
 int CurrentDevice() { return current_device; }
 
 void Runtime::Flush(int device) {
-  Check(api_->clFlush(queue(device)), DeviceName(device) + ": submitting queued work (clFlush)");
+  Check(api_->clFlush(queue(device)), OpenCLDeviceName(device) + ": submitting queued work (clFlush)");
 }
 
 void Runtime::CountLaunch(int device) {

@@ -36,7 +36,6 @@ class Device {
   // transfer time in seconds (0 for devices without a cost model).
   virtual double CopyToHost(void* host_dst, const void* src, size_t nbytes) = 0;
   virtual double CopyFromHost(void* dst, const void* host_src, size_t nbytes) = 0;
-  virtual void CopyWithin(void* dst, const void* src, size_t nbytes) = 0;
   // The host waits for all work queued on the device.
   virtual void Sync() = 0;
   // Starts work queued on the device without waiting for it (OpenCL may
@@ -80,6 +79,21 @@ struct SimConfig {
 };
 
 std::shared_ptr<Device> MakeSimDevice(const SimConfig& config);
+
+// A device name: "host", "sim", "opencl", "opencl:1", "cuda:0", ...: a kind
+// and an index (0 when the name has none).
+struct DeviceName {
+  std::string kind;
+  int index = 0;
+};
+// Splits a name at ':'. Throws Error(kValue) when what follows ':' is not a
+// non-negative integer; the kind is not checked here.
+DeviceName ParseDeviceName(const std::string& name);
+// The device a name gives: "host"; "sim", one simulated accelerator with the
+// default SimConfig shared by the whole process; "opencl[:i]" (opencl.h); any
+// other name a TVM device (MakeTvmDevice). Throws Error(kValue) for names
+// that give no device here.
+std::shared_ptr<Device> MakeDevice(const std::string& name);
 // A TVM device ("cuda", "cuda:1", "cpu", ...) reached through TVM's DeviceAPI.
 // Throws Error(kValue) when TVM has no DeviceAPI for it or the device is absent.
 std::shared_ptr<Device> MakeTvmDevice(const std::string& spec);

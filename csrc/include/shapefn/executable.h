@@ -10,14 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "shapefn/device_slot.h"
 #include "shapefn/shape_func.h"
 
 namespace shapefn {
-
-constexpr int kHostSlot = 0;       // device slot of the host CPU
-constexpr int kExecutionSlot = 1;  // device slot of the device the VM runs on
-constexpr int kNumDeviceSlots = 2;
-constexpr int kAnySlot = -1;       // parameter of an internal function: any value, unchecked
 
 struct ParamSpec {
   std::string name;

@@ -37,6 +37,8 @@ std::string OpenCLUnavailableReason();
 // "opencl" (device 0) or "opencl:<index>"; one Device per index in a
 // process. Throws Error(kValue) when there is no such device.
 std::shared_ptr<Device> MakeOpenCLDevice(const std::string& spec);
+// "opencl:<index>": the name of OpenCL device `index`.
+std::string OpenCLDeviceName(int index);
 // True for "opencl" and "opencl:<anything>".
 bool IsOpenCLSpec(const std::string& spec);
 OpenCLDeviceCounts OpenCLCounts(int index);

@@ -41,6 +41,7 @@
 #include "shapefn/device.h"
 #include "shapefn/error.h"
 #include "shapefn/executable.h"
+#include "shapefn/kernel_library.h"
 #include "shapefn/opencl.h"
 #include "shapefn/registry.h"
 #include "shapefn/tensor.h"
@@ -59,24 +60,11 @@ struct Program {
   tvm::ffi::Optional<tvm::ffi::Module> kernel_library;
 };
 
-namespace detail {
-
-// Whether TVM's runtime is loaded: it registers these context symbols, which
-// a kernel library's code calls for workspace memory and parallel loops.
-inline bool TvmRuntimeLoaded() {
-  bool found = false;
-  tvm::ffi::Module::VisitContextSymbols([&found](tvm::ffi::String name, void*) {
-    if (name == "__TVMBackendAllocWorkspace") found = true;
-  });
-  return found;
-}
-
-}  // namespace detail
-
 // Reads and verifies the executable at `path` and loads its kernel library
 // (the file the executable names, beside it). Throws Error(kFormat) for a
-// malformed executable, Error(kValue) when a file is missing, and
-// Error(kRuntime) when the library cannot be loaded.
+// malformed executable, Error(kValue) when the executable is missing,
+// Error(kNotFound) when its library is, and Error(kRuntime) when the
+// library cannot be loaded (kernel_library.h).
 inline Program LoadProgram(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -86,27 +74,9 @@ inline Program LoadProgram(const std::string& path) {
   program.executable = exe;
   if (exe->kernel_library().empty()) return program;
 
-  // Absolute: dlopen searches the library path for a name without a slash.
-  fs::path library_path = fs::absolute(fs::path(path).parent_path() / exe->kernel_library());
-  if (!fs::is_regular_file(library_path, ec)) {
-    Fail(ErrorKind::kValue, "kernel library '" + library_path.string() + "' of executable '" + path + "' is missing");
-  }
-  if (!detail::TvmRuntimeLoaded()) {
-    Fail(ErrorKind::kRuntime, "cannot load kernel library '" + library_path.string() +
-                                  "': TVM's runtime (libtvm_runtime.so) is not loaded in this process; "
-                                  "link it with --no-as-needed (see docs/embedding.md)");
-  }
-  try {
-    tvm::ffi::Module library = tvm::ffi::Module::LoadFromFile(library_path.string());
-    for (const std::string& name : exe->kernels()) {
-      tvm::ffi::Optional<tvm::ffi::Function> fn = library->GetFunction(name);
-      if (fn.has_value()) program.kernels.emplace(name, *fn);
-    }
-    program.kernel_library = library;
-  } catch (const tvm::ffi::Error& e) {
-    Fail(ErrorKind::kRuntime, "cannot load kernel library '" + library_path.string() + "': " + e.kind() + ": " +
-                                  e.message());
-  }
+  KernelLibrary library = LoadKernelLibrary(path, exe->kernel_library(), exe->kernels());
+  program.kernels = std::move(library.kernels);
+  program.kernel_library = library.module;
   return program;
 }
 
@@ -120,16 +90,6 @@ inline std::vector<std::string> MissingShapeFuncs(const Executable& exe) {
     if (!ShapeFuncRegistry::Global().Contains(op)) missing.push_back(op);
   }
   return missing;
-}
-
-// "host" or "sim" (the simulated accelerator with its default cost model);
-// any other name is a TVM device ("cuda:0", ...) reached through TVM's
-// DeviceAPI, which needs that device's TVM runtime library loaded.
-inline std::shared_ptr<Device> MakeDevice(const std::string& name) {
-  if (name == "host") return HostDevice();
-  if (name == "sim") return MakeSimDevice(SimConfig{});
-  if (IsOpenCLSpec(name)) return MakeOpenCLDevice(name);
-  return MakeTvmDevice(name);
 }
 
 // A VM argument over host memory the caller owns and keeps alive (and

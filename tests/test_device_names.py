@@ -1,0 +1,60 @@
+"""Tables Python takes from C++ instead of spelling them again: device slots
+(shapefn/device_slot.h), the sim device's defaults (shapefn::SimConfig), and
+device names, parsed by shapefn::ParseDeviceName alone."""
+import pytest
+
+import shapefn
+from shapefn import _core, devices
+
+
+def test_device_slots_come_from_cpp():
+    assert devices.DEVICE_SLOTS == _core.device_slots() == {"host": 0, "device": 1, "any": -1}
+
+
+def test_builder_uses_the_cpp_device_slots():
+    from shapefn import builder
+
+    assert builder._DEVICES == devices.DEVICE_SLOTS
+
+
+def test_sim_defaults_come_from_cpp():
+    defaults = _core.sim_defaults()
+    assert set(defaults) == {"latency_s", "bandwidth_bytes_per_s", "arena_bytes"}
+    assert devices.DEFAULT_LATENCY_S == defaults["latency_s"]
+    assert devices.DEFAULT_BANDWIDTH_BYTES_PER_S == defaults["bandwidth_bytes_per_s"]
+    assert devices.DEFAULT_ARENA_BYTES == defaults["arena_bytes"]
+    assert defaults["arena_bytes"] == 4 << 30
+
+
+@pytest.mark.parametrize("name, parsed", [
+    ("host", ("host", 0)), ("sim", ("sim", 0)), ("opencl", ("opencl", 0)), ("opencl:3", ("opencl", 3)),
+    ("cuda", ("cuda", 0)), ("cuda:12", ("cuda", 12)),
+])
+def test_device_names_parse(name, parsed):
+    assert _core.parse_device_name(name) == parsed
+
+
+@pytest.mark.parametrize("name", ["opencl:", "opencl:x", "opencl:-1", "cuda:1.5", "cuda:9999999"])
+def test_bad_device_indices_are_refused_in_one_way(name):
+    kind = name.split(":")[0]
+    message = rf"device '{name}': expected '{kind}' or '{kind}:<index>' \(the index after ':' must be a non-negative"
+    with pytest.raises(ValueError, match=message):
+        _core.parse_device_name(name)
+    with pytest.raises(ValueError, match=message):
+        shapefn.device(name)
+
+
+def test_named_devices():
+    assert shapefn.device("host").name == "host" and shapefn.device("host").is_host
+    assert shapefn.device("sim") is shapefn.device("sim")  # one per process
+    assert shapefn.device("sim") is shapefn.device()
+    assert shapefn.sim() is not shapefn.device("sim")
+    with pytest.raises(ValueError, match="unknown device 'host:1'"):
+        shapefn.device("host:1")
+    with pytest.raises(TypeError, match="device must be a name or a shapefn.Device"):
+        shapefn.device(1)
+
+
+def test_device_counters_take_opencl_names_only():
+    with pytest.raises(ValueError, match=r"device counters are kept for OpenCL devices"):
+        shapefn.device_counters("sim")
