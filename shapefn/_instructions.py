@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence, overload
 
 if TYPE_CHECKING:
-    from .builder import DeviceName, DTypeLike, Label, Reg
+    from ._operands import DeviceName, DTypeLike, Label, Reg
 
 
 class InstructionMethods:

@@ -101,7 +101,7 @@ def render_methods(table) -> str:
         "from typing import TYPE_CHECKING, Any, Sequence, overload",
         "",
         "if TYPE_CHECKING:",
-        "    from .builder import DeviceName, DTypeLike, Label, Reg",
+        "    from ._operands import DeviceName, DTypeLike, Label, Reg",
         "",
         "",
         "class InstructionMethods:",
