@@ -12,6 +12,7 @@ import numpy as np
 from . import _core, kernel_cache
 from ._instructions import InstructionMethods
 from ._operands import DeviceName, DTypeLike, Label, Reg
+from .devices import DEVICE_SLOTS
 from .executable import Executable
 
 __all__ = ["DTypeLike", "DeviceName", "FunctionBuilder", "Label", "Param", "ProgramBuilder", "Reg"]
@@ -19,7 +20,6 @@ __all__ = ["DTypeLike", "DeviceName", "FunctionBuilder", "Label", "Param", "Prog
 # Per mnemonic: its operands as (name, kind letter, "read" | "write").
 _OPERANDS: dict[str, list[tuple[str, str, str]]] = {name: list(ops) for name, ops in _core.isa_operands()}
 _OPCODES: dict[str, int] = {name: i for i, name in enumerate(_OPERANDS)}
-_DEVICES = {"host": 0, "device": 1, "any": -1}
 
 
 @dataclass
@@ -118,7 +118,7 @@ class FunctionBuilder(InstructionMethods):
         if kind == "r":
             return _reg(value, where)
         if kind == "d":
-            return _DEVICES[value] if isinstance(value, str) else int(value)
+            return DEVICE_SLOTS[value] if isinstance(value, str) else int(value)
         if kind == "t":
             return _core.encode_dtype(str(np.dtype(value)) if not isinstance(value, str) else value)
         if kind == "k":
@@ -139,7 +139,7 @@ class FunctionBuilder(InstructionMethods):
             "params": [
                 {"name": p.name, "dtype": str(np.dtype(p.dtype)) if p.dtype != "bool" else "bool",
                  "dims": [d if isinstance(d, int) else -1 - self.symbols.index(d) for d in p.shape],
-                 "device": _DEVICES[p.device]}
+                 "device": DEVICE_SLOTS[p.device]}
                 for p in self.params
             ],
             "symbols": self.symbols,
@@ -182,7 +182,7 @@ class ProgramBuilder:
         if not arr.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
             arr = arr.copy(order="C")
         self._constants.append({"dtype": str(arr.dtype), "shape": list(arr.shape),
-                                "device": _DEVICES[device], "data": arr.tobytes()})
+                                "device": DEVICE_SLOTS[device], "data": arr.tobytes()})
         return len(self._constants) - 1
 
     def kernel(self, name: str, func=None) -> str:

@@ -8,6 +8,9 @@ Device = _core.Device
 
 #: Device slot numbers by name ("host", "device", "any"), from shapefn/device_slot.h.
 DEVICE_SLOTS: dict[str, int] = _core.device_slots()
+#: The names of the host's slot and of the execution device's (kHostSlot, kExecutionSlot).
+HOST_SLOT: str = _core.host_slot
+EXECUTION_SLOT: str = _core.execution_slot
 
 _SIM_DEFAULTS = _core.sim_defaults()  # shapefn::SimConfig
 DEFAULT_LATENCY_S: float = _SIM_DEFAULTS["latency_s"]

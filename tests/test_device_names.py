@@ -9,12 +9,27 @@ from shapefn import _core, devices
 
 def test_device_slots_come_from_cpp():
     assert devices.DEVICE_SLOTS == _core.device_slots() == {"host": 0, "device": 1, "any": -1}
+    assert devices.DEVICE_SLOTS[devices.HOST_SLOT] == 0 and devices.DEVICE_SLOTS[devices.EXECUTION_SLOT] == 1
 
 
 def test_builder_uses_the_cpp_device_slots():
-    from shapefn import builder
+    """Each slot name the builder takes reaches C++ as that slot: the
+    disassembler, which names slots itself (DeviceSlotName), gives it back."""
+    from shapefn.builder import Param, ProgramBuilder
 
-    assert builder._DEVICES == devices.DEVICE_SLOTS
+    pb = ProgramBuilder()
+    fb = pb.function("main", [Param(f"x_{name}", "float32", (2,), device=name) for name in devices.DEVICE_SLOTS])
+    shape = fb.load_shape([2])
+    held = [name for name, slot in devices.DEVICE_SLOTS.items() if slot >= 0]  # "any" is for parameters only
+    for name in held:
+        fb.alloc_tensor(name, shape, "float32")
+    fb.ret(fb.args[0])
+    text = pb.build().as_text(operand_names=True)
+    assert "x_host: float32[2]@host" in text
+    assert "x_any: float32[2]@any" in text
+    assert "x_device: float32[2]," in text  # the execution device is every parameter's default
+    allocs = [line for line in text.splitlines() if "alloc_tensor" in line]
+    assert [line.split("device=")[1].split(",")[0] for line in allocs] == ["@" + name for name in held]
 
 
 def test_sim_defaults_come_from_cpp():

@@ -47,6 +47,9 @@ void RegisterDevices(py::module_& m) {
         return slots;
       },
       "Device slot numbers by name (shapefn/device_slot.h).");
+  // The slots Python code names: placement's answers and the builder's defaults.
+  m.attr("host_slot") = DeviceSlotName(kHostSlot);
+  m.attr("execution_slot") = DeviceSlotName(kExecutionSlot);
   m.def(
       "sim_defaults",
       [] {

@@ -250,7 +250,9 @@ std::string Executable::Disassemble(bool operand_names) const {
         int64_t v = f.params[p].dims[d];
         os << (d ? ", " : "") << (v >= 0 ? std::to_string(v) : f.symbols[static_cast<size_t>(-1 - v)]);
       }
-      os << "]" << (f.params[p].device_slot == kHostSlot ? "@host" : f.params[p].device_slot == kAnySlot ? "@any" : "");
+      os << "]";
+      // The execution device is every parameter's default: only others are named.
+      if (f.params[p].device_slot != kExecutionSlot) os << "@" << DeviceSlotName(f.params[p].device_slot);
     }
     os << ") registers=" << f.num_registers << "\n" << shapefn::Disassemble(Decode(f.code), operand_names);
   }

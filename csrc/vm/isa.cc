@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "shapefn/device_slot.h"
 #include "shapefn/error.h"
 
 namespace shapefn {
@@ -106,7 +107,8 @@ namespace {
 void PrintWord(std::ostream& os, OperandKind kind, int64_t v) {
   switch (kind) {
     case OperandKind::kReg: case OperandKind::kRegList: os << "%" << v; break;
-    case OperandKind::kDevice: os << (v == 0 ? "@host" : "@device"); break;
+    // Only verified code is disassembled: a device operand is a slot of a VM.
+    case OperandKind::kDevice: os << "@" << DeviceSlotName(static_cast<int>(v)); break;
     case OperandKind::kKernel: os << "kernel#" << v; break;
     case OperandKind::kShapeFunc: os << "shape_func#" << v; break;
     case OperandKind::kConst: os << "const#" << v; break;

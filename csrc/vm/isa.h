@@ -188,7 +188,8 @@ inline int64_t EncodeDType(DLDataType t) {
 
 // Decodes `code` into instructions; throws Error(kFormat) on malformed code.
 std::vector<Instruction> Decode(const std::vector<int64_t>& code);
-// One line per instruction; `operand_names` prints each operand as name=value.
+// One line per instruction of verified code; `operand_names` prints each
+// operand as name=value.
 std::string Disassemble(const std::vector<Instruction>& code, bool operand_names = false);
 
 }  // namespace shapefn

@@ -26,10 +26,12 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import relax
 
+from ..devices import EXECUTION_SLOT, HOST_SLOT
 from .shape_calls import TO_HOST, VIEW
 from .target_schedule import host_form
 
-HOST, DEVICE = "host", "device"
+# Placement gives each binding a device slot by name, which codegen passes to the builder.
+HOST, DEVICE = HOST_SLOT, EXECUTION_SLOT
 ALLOC_TENSOR = "relax.builtin.alloc_tensor"
 
 
