@@ -3,7 +3,8 @@
 do not edit (tests/test_builder.py checks it matches the table)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence, overload
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, overload
 
 if TYPE_CHECKING:
     from ._operands import DeviceName, DTypeLike, Label, Reg
@@ -65,7 +66,8 @@ class InstructionMethods:
     @overload
     def alloc_tensor(self, dst: Reg, device: DeviceName, shape: Reg, dtype: DTypeLike, /) -> Reg: ...
     def alloc_tensor(self, *operands: Any) -> Reg:
-        """``alloc_tensor`` dst (register, write), device (device, read), shape (register, read), dtype (dtype, read)."""
+        """``alloc_tensor`` dst (register, write), device (device, read), shape (register, read),
+        dtype (dtype, read)."""
         return self.emit("alloc_tensor", *operands)
 
     @overload
@@ -73,7 +75,8 @@ class InstructionMethods:
     @overload
     def tensor_in_storage(self, dst: Reg, storage: Reg, offset: Reg, shape: Reg, dtype: DTypeLike, /) -> Reg: ...
     def tensor_in_storage(self, *operands: Any) -> Reg:
-        """``tensor_in_storage`` dst (register, write), storage (register, read), offset (register, read), shape (register, read), dtype (dtype, read)."""
+        """``tensor_in_storage`` dst (register, write), storage (register, read), offset (register, read),
+        shape (register, read), dtype (dtype, read)."""
         return self.emit("tensor_in_storage", *operands)
 
     @overload
@@ -88,8 +91,11 @@ class InstructionMethods:
         """``invoke_kernel`` kernel (kernel name, read), args (register list, read)."""
         self.emit("invoke_kernel", kernel, args)
 
-    def invoke_shape_func(self, shape_func: str, inputs: Sequence[Reg], outputs: Sequence[Reg], attrs: Sequence[int]) -> None:
-        """``invoke_shape_func`` shape_func (shape-function op name, read), inputs (register list, read), outputs (register list, write), attrs (immediate list, read)."""
+    def invoke_shape_func(
+        self, shape_func: str, inputs: Sequence[Reg], outputs: Sequence[Reg], attrs: Sequence[int]
+    ) -> None:
+        """``invoke_shape_func`` shape_func (shape-function op name, read), inputs (register list, read),
+        outputs (register list, write), attrs (immediate list, read)."""
         self.emit("invoke_shape_func", shape_func, inputs, outputs, attrs)
 
     @overload

@@ -4,12 +4,12 @@ Apart from ``builder`` so that its generated instruction methods
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 import numpy as np
 
-DeviceName = Union[Literal["host", "device", "any"], int]
-DTypeLike = Union[str, np.dtype]
+DeviceName = Literal["host", "device", "any"] | int
+DTypeLike = str | np.dtype
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ def nvcc() -> str | None:
     return found
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def virtual_architectures(compiler: str) -> tuple[int, ...]:
     """The compute capabilities ``compiler`` generates PTX for (75, 80, ...)."""
     environment = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Mapping
+from collections.abc import Mapping
 
 from . import _core
 
@@ -79,7 +79,7 @@ class Executable:
         core.save(path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Executable":
+    def load(cls, path: str | os.PathLike) -> Executable:
         """Reads and verifies an executable and loads the kernel library saved
         beside it; raises ``ExecutableFormatError`` for a truncated or corrupt
         file, ``FileNotFoundError`` when the library is missing."""

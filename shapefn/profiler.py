@@ -57,7 +57,7 @@ class ProfileReport:
             for source in _TIME_SOURCE_NOTES if any(e.time_source == source for e in self.events))
 
     @classmethod
-    def _from_profiler(cls, profiler, outputs, configuration: dict) -> "ProfileReport":
+    def _from_profiler(cls, profiler, outputs, configuration: dict) -> ProfileReport:
         """From a finished ``_core.Profiler``."""
         return cls(profiler.function, profiler.device, profiler.events(), profiler.counters(),
                    outputs=outputs, configuration=configuration)

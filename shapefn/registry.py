@@ -6,7 +6,7 @@ Python with TVM TE are compiled to host code once per input signature.
 from __future__ import annotations
 
 import inspect
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import tvm_ffi
 

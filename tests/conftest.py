@@ -81,7 +81,8 @@ def pytest_configure(config):
     global _require_opencl
     _require_opencl = config.getoption("--require-opencl")
     config.addinivalue_line("markers", "opencl: runs on a real OpenCL device (skips without one)")
-    config.addinivalue_line("markers", "model: a whole model, minutes in TVM's compiler (left out of the sanitized run)")
+    config.addinivalue_line(
+        "markers", "model: a whole model, minutes in TVM's compiler (left out of the sanitized run)")
 
 
 def pytest_runtest_setup(item):

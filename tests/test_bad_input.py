@@ -4,7 +4,6 @@ kernels that fail at run time; on sim and on a real OpenCL device."""
 import functools
 
 import numpy as np
-import onnx
 import pytest
 import tvm_ffi
 from onnx import TensorProto, helper

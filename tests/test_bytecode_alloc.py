@@ -3,7 +3,6 @@ tensor_in_storage, view — on the host and on sim, with the allocations
 counter, the devices results land on, and the errors of sizes that do not fit."""
 import numpy as np
 import pytest
-
 from bytecode import lines, program, rejected, run
 
 X = ("x", "float32", ["n"])

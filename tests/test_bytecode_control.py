@@ -3,8 +3,8 @@ recursion, the tail-call form (a goto back to the start), call arity and
 jump targets checked at load, and the runaway-loop budget."""
 import numpy as np
 import pytest
-
 from bytecode import lines, program, rejected, run
+
 from shapefn import Label
 from shapefn.builder import Param, Reg
 

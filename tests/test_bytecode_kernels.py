@@ -5,8 +5,8 @@ on sim, counted; kernel indices checked at load."""
 import numpy as np
 import pytest
 import tvm_ffi
-
 from bytecode import OPCODES, from_words, lines, program, run
+
 from shapefn import ExecutableFormatError, kernels
 
 

@@ -3,9 +3,9 @@ load_const, load_shape, kill, make_tuple, get_item, copy — run on the VM,
 disassembled by operand name, and rejected by the verifier naming the operand."""
 import numpy as np
 import pytest
+from bytecode import lines, program, rejected, run
 
 import shapefn
-from bytecode import lines, program, rejected, run
 from shapefn.builder import Reg
 
 X = ("x", "float32", ["n"])

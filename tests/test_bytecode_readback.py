@@ -3,8 +3,8 @@ or a shape, or the tensor on the host), one sync per instruction however many
 sources, host tensors read in place, and the verifier's rules on its lists."""
 import numpy as np
 import pytest
-
 from bytecode import OPCODES, from_words, lines, program, rejected, run
+
 from shapefn import ExecutableFormatError
 
 VECTOR = ("v", "int64", [3])
@@ -64,7 +64,8 @@ def test_readback_lists_must_match():
 
 def test_readback_form_must_be_values_or_tensor():
     words = [OPCODES["readback"], 1, 1, 1, 0, 1, 2, OPCODES["ret"], 0]
-    with pytest.raises(ExecutableFormatError, match=r"readback form 2 is neither 0 \(values\) nor 1 \(tensor\) \(operand 'forms'\)"):
+    with pytest.raises(ExecutableFormatError,
+                       match=r"readback form 2 is neither 0 \(values\) nor 1 \(tensor\) \(operand 'forms'\)"):
         from_words(words)
 
 

@@ -4,9 +4,9 @@ shape function written in Python (TVM-compiled), and the arity and output
 counts checked once, when the VM is created."""
 import numpy as np
 import pytest
+from bytecode import OPCODES, from_words, lines, program, run
 
 import shapefn
-from bytecode import OPCODES, from_words, lines, program, run
 from shapefn import ExecutableFormatError
 
 

@@ -5,7 +5,6 @@ import operator
 
 import numpy as np
 import pytest
-
 from bytecode import lines, program, rejected, run
 
 X = ("x", "float32", ["n", "m"])

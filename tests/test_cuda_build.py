@@ -12,12 +12,12 @@ import re
 import numpy as np
 import pytest
 import tvm
+from test_onnx_mask_head import detections, mask_head_model
 from tvm.script import relax as R
 
 import shapefn
 from shapefn import cuda_ptx
 from shapefn.frontend import from_onnx
-from test_onnx_mask_head import detections, mask_head_model
 
 HOST_SUFFIX = "_host"  # what a GPU build names the host copy of a kernel
 NVCC_MISSING = "no nvcc (CUDA toolkit) on this machine: the device module keeps CUDA source"

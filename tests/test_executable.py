@@ -20,7 +20,6 @@ import sys
 
 import numpy as np
 import pytest
-import tvm
 
 import shapefn
 from conftest import DEVICES, device_target

@@ -196,7 +196,7 @@ def test_gpu_library_without_its_runtime_is_cached_and_returned_as_built(cache_d
 
 @T.prim_func
 def packed_call_in_a_thread(x: T.Buffer((8,), "float32")):
-    for i in T.thread_binding(8, thread="threadIdx.x"):
+    for i in T.thread_binding(8, thread="threadIdx.x"):  # noqa: B007 (TVMScript: the loop binds the thread axis)
         T.evaluate(T.call_packed("test.host_only", x.data))
 
 

@@ -9,10 +9,15 @@ import pathlib
 import numpy as np
 import onnxruntime as ort
 import pytest
+from test_cuda_build import (
+    GPU_MISSING,
+    assert_device_kernels_are_ptx,
+    assert_runs_on_a_cuda_gpu_like_sim,
+    assert_same_program,
+)
 
 import shapefn
 from conftest import DEVICE_INDEPENDENT_COUNTERS, DEVICES, opencl
-from test_cuda_build import GPU_MISSING, assert_device_kernels_are_ptx, assert_runs_on_a_cuda_gpu_like_sim, assert_same_program
 from shapefn.bench.models import materialize
 from shapefn.frontend import from_onnx
 

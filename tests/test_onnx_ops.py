@@ -254,11 +254,13 @@ def layout_cases():
         yield f"Squeeze[{axis}]", model([node("Squeeze", ["x"], ["y"], axes=[axis])], [("x", F, shape)],
                                         [("y", F, None)]), \
             [[uniform([n if d == "N" else d for d in shape])] for n in (3, 0)]
+    def concat_shape(size, axis):
+        return [size if i == axis % 3 else 2 for i in range(3)]
+
     for axis in (0, 1, 2, -1):  # each input with its own size along the axis
-        shape = lambda size: [size if i == axis % 3 else 2 for i in range(3)]  # noqa: E731
         yield f"Concat-axis{axis}", model([node("Concat", ["a", "b", "c"], ["y"], axis=axis)],
-                                          [(k, F, shape(k.upper())) for k in "abc"], [("y", F, None)]), \
-            [[uniform(shape(n + j)) for j in range(3)] for n in (1, 0)]
+                                          [(k, F, concat_shape(k.upper(), axis)) for k in "abc"], [("y", F, None)]), \
+            [[uniform(concat_shape(n + j, axis)) for j in range(3)] for n in (1, 0)]
     yield "Split-4", model([node("Split", ["x"], ["a", "b", "c", "d"], axis=1, split=[1, 1, 1, 1])],
                            [("x", F, ["N", 4])], [(k, F, None) for k in "abcd"]), [[uniform((n, 4))] for n in (5, 0)]
     yield "Split-1", model([node("Split", ["x"], ["y"], axis=0, split=[1])], [("x", I64, [1, "N"])],

@@ -11,7 +11,6 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-
 from test_onnx_ops import GROUPS, cases, i64, model, node, uniform
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL

@@ -98,7 +98,8 @@ def test_vm_runs_a_program_on_the_device():
         assert y.device == "opencl:0"
         np.testing.assert_array_equal(np.asarray(y), 3 * x)
         c = vm.counters
-        assert (c["h2d_copies"], c["h2d_bytes"], c["kernel_calls"], c["d2h_copies"], c["syncs"]) == (1, x.nbytes, 1, 0, 0)
+        counted = (c["h2d_copies"], c["h2d_bytes"], c["kernel_calls"], c["d2h_copies"], c["syncs"])
+        assert counted == (1, x.nbytes, 1, 0, 0)
 
 
 def storage_program(offset: int):
@@ -150,7 +151,8 @@ LOAD = "ffi.Module.load_from_bytes.opencl"
 
 @opencl
 def test_a_kernel_that_does_not_build_reports_the_build_log():
-    module = tvm_ffi.get_global_func(LOAD)(module_bytes("__kernel void k(__global float* a) { a[0] = undefined_name; }"))
+    source = "__kernel void k(__global float* a) { a[0] = undefined_name; }"
+    module = tvm_ffi.get_global_func(LOAD)(module_bytes(source))
     with pytest.raises(RuntimeError, match=r"building the OpenCL program of kernels k .*failed(.|\n)*undefined_name"):
         module["k"](None, 1, 1)
 

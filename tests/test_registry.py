@@ -1,6 +1,5 @@
 """The registry as Python sees it: masks, levels, aliases, errors, and shape
 functions written in Python (TE) checked against their masks."""
-import warnings
 
 import numpy as np
 import pytest

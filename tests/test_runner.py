@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
+from test_compile import mlp, relax_reference
+from test_executable import build_program, reference
 from tvm.script import relax as R
 
 import shapefn
 from conftest import DEVICES, device_independent, device_target, opencl
 from shapefn import Param, ProgramBuilder, kernels
-from test_compile import mlp, relax_reference
-from test_executable import build_program, reference
 
 REPO = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 120

@@ -2,8 +2,9 @@
 
 A float32 feature map (default 64x256x56x56, 205 MB) on the device (``sim``,
 modelled, by default; ``--device opencl`` a real OpenCL device, where copies,
-syncs and wall time are real — on PoCL, CPU times) is sliced 100 times by dynamic strided slices. One inference is measured in
-three configurations, in one process:
+syncs and wall time are real — on PoCL, CPU times) is sliced 100 times by
+dynamic strided slices. One inference is measured in three configurations,
+in one process:
 
 * ``per_op``: bounds from a device kernel; every input of the data-dependent
   slice is copied whole to the host (one flag per op, as older runtimes do);

@@ -81,11 +81,12 @@ def load(name: str, data: pathlib.Path):
     return materialize(data, name), [[rng.uniform(0, 1, (3, h, w)).astype(np.float32)] for h, w in SIZES]
 
 
-def _timed(fn, repeat: int) -> float:
+def _timed(repeat: int, fn, *args) -> float:
+    """The median wall time of ``fn(*args)`` over ``repeat`` calls."""
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        fn()
+        fn(*args)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -152,9 +153,8 @@ def measure(name: str, data: pathlib.Path, repeat: int, device: str = "sim") -> 
             vm(*args)
             entry[mode.replace("-", "_")] = vm.counters
         vm = VirtualMachine(exe, target)
-        entry["wall_s"] = _timed(lambda: _outputs(vm(*args)), repeat)
-        feed = dict(zip(names, args))
-        entry["onnxruntime_wall_s"] = _timed(lambda: session.run(None, feed), repeat)
+        entry["wall_s"] = _timed(repeat, lambda vm, args: _outputs(vm(*args)), vm, args)
+        entry["onnxruntime_wall_s"] = _timed(repeat, session.run, None, dict(zip(names, args)))
         result["calls"].append(entry)
     return result
 

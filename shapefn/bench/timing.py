@@ -12,7 +12,7 @@ import argparse
 import glob
 import statistics
 import time
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 

@@ -3,13 +3,14 @@ SHAPEFN_SUITE=1 the test file's check_correctness and run_in_tvm run the
 model through shapefn.from_onnx + shapefn.compile(..., "sim") and compare
 with onnxruntime as TVM's do; otherwise the tests run as written."""
 import os
+
 import numpy as np
 import pytest
 
 if os.environ.get("SHAPEFN_SUITE") == "1":
     import onnxruntime
     import tvm
-    import tvm_ffi
+
     import shapefn
 
     def _numpy(value):
@@ -44,7 +45,8 @@ if os.environ.get("SHAPEFN_SUITE") == "1":
             model.ir_version = ir_version
         if opset is not None:
             model.opset_import[0].version = opset
-        ort_out = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run([], inputs_)
+        session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        ort_out = session.run([], inputs_)
         _, out = _run(model, inputs_, None, None)
         got = _numpy(out)
         if len(ort_out) == 1:
