@@ -22,8 +22,7 @@ class SimDevice final : public Device {
     size_t page = 4096;
     size_ = (config.arena_bytes + page - 1) / page * page;
     if (size_ == 0) Fail(ErrorKind::kValue, "sim: arena size must be positive");
-    void* base = mmap(nullptr, size_, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* base = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED) Fail(ErrorKind::kRuntime, "sim: cannot reserve the device arena");
     base_ = static_cast<char*>(base);
     free_[0] = size_;
@@ -49,8 +48,8 @@ class SimDevice final : public Device {
       used_[start] = size;
       return base_ + start;
     }
-    Fail(ErrorKind::kRuntime, "sim: out of device memory allocating " + std::to_string(nbytes) +
-                                  " bytes (arena " + std::to_string(size_) + " bytes)");
+    Fail(ErrorKind::kRuntime, "sim: out of device memory allocating " + std::to_string(nbytes) + " bytes (arena " +
+                                  std::to_string(size_) + " bytes)");
   }
 
   void Free(void* ptr) override {
@@ -128,8 +127,6 @@ class SimDevice final : public Device {
 
 }  // namespace
 
-std::shared_ptr<Device> MakeSimDevice(const SimConfig& config) {
-  return std::make_shared<SimDevice>(config);
-}
+std::shared_ptr<Device> MakeSimDevice(const SimConfig& config) { return std::make_shared<SimDevice>(config); }
 
 }  // namespace shapefn

@@ -20,15 +20,15 @@ struct DeviceSpec {
 
 DeviceSpec ParseSpec(const std::string& spec) {
   static const std::pair<const char*, DLDeviceType> kKinds[] = {
-      {"cpu", kDLCPU},       {"cuda", kDLCUDA},     {"cuda_host", kDLCUDAHost},
-      {"opencl", kDLOpenCL}, {"vulkan", kDLVulkan}, {"metal", kDLMetal},
-      {"rocm", kDLROCM},     {"ext_dev", kDLExtDev}};
+      {"cpu", kDLCPU},       {"cuda", kDLCUDA},   {"cuda_host", kDLCUDAHost}, {"opencl", kDLOpenCL},
+      {"vulkan", kDLVulkan}, {"metal", kDLMetal}, {"rocm", kDLROCM},          {"ext_dev", kDLExtDev}};
   DeviceName parsed = ParseDeviceName(spec);
   for (const auto& [name, type] : kKinds) {
     if (parsed.kind == name) return {parsed.kind, DLDevice{type, parsed.index}};
   }
-  Fail(ErrorKind::kValue, "unknown device '" + spec +
-                              "' (expected host, sim, or a TVM device: cpu, cuda, opencl, vulkan, metal, rocm, ext_dev)");
+  Fail(ErrorKind::kValue,
+       "unknown device '" + spec +
+           "' (expected host, sim, or a TVM device: cpu, cuda, opencl, vulkan, metal, rocm, ext_dev)");
 }
 
 tvm::runtime::DeviceAPI* FindApi(const std::string& kind) {
@@ -55,7 +55,8 @@ class TvmDevice final : public Device {
     try {
       return api_->AllocDataSpace(device_, nbytes == 0 ? 1 : nbytes, alignment, DLDataType{kDLUInt, 8, 1});
     } catch (const std::exception& e) {
-      FailFromCaught(ErrorKind::kRuntime, spec_ + ": allocation of " + std::to_string(nbytes) + " bytes failed: " + e.what());
+      FailFromCaught(ErrorKind::kRuntime,
+                     spec_ + ": allocation of " + std::to_string(nbytes) + " bytes failed: " + e.what());
     }
   }
   void Free(void* ptr) override { api_->FreeDataSpace(device_, ptr); }
@@ -106,8 +107,8 @@ std::shared_ptr<Device> MakeTvmDevice(const std::string& spec) {
   DeviceSpec parsed = ParseSpec(spec);
   tvm::runtime::DeviceAPI* api = FindApi(parsed.kind);
   if (api == nullptr) {
-    Fail(ErrorKind::kValue, "device '" + spec + "': TVM's runtime has no DeviceAPI for '" +
-                                parsed.kind + "' in this process (is TVM built with it, and imported?)");
+    Fail(ErrorKind::kValue, "device '" + spec + "': TVM's runtime has no DeviceAPI for '" + parsed.kind +
+                                "' in this process (is TVM built with it, and imported?)");
   }
   if (!Exists(api, parsed.device)) Fail(ErrorKind::kValue, "device '" + spec + "' does not exist on this machine");
   return std::make_shared<TvmDevice>(spec, parsed.device, api);

@@ -15,8 +15,7 @@ DLDataType DTypeArg(const py::handle& h) { return DTypeFromString(h.cast<std::st
 
 std::shared_ptr<Executable> FromParts(const py::list& functions, const py::list& constants,
                                       const std::vector<std::string>& kernels,
-                                      const std::vector<std::string>& shape_funcs,
-                                      const std::string& kernel_library) {
+                                      const std::vector<std::string>& shape_funcs, const std::string& kernel_library) {
   ExecutableParts parts;
   parts.kernels = kernels;
   parts.shape_funcs = shape_funcs;

@@ -37,8 +37,7 @@ DLDataType DTypeOfArray(const py::array& a) {
 }
 
 // Runs a native built-in on numpy arrays (values) or tuples (shapes only).
-py::list EvalShapeFunc(const std::string& op, const py::list& inputs,
-                                    const std::vector<int64_t>& attrs) {
+py::list EvalShapeFunc(const std::string& op, const py::list& inputs, const std::vector<int64_t>& attrs) {
   ShapeFuncEntryPtr entry = ShapeFuncRegistry::Global().Lookup(op);
   if (entry->native == nullptr) Fail(ErrorKind::kValue, "'" + op + "' has no native shape function");
   const size_t n = inputs.size();
@@ -56,7 +55,8 @@ py::list EvalShapeFunc(const std::string& op, const py::list& inputs,
         Fail(ErrorKind::kValue, "'" + op + "' input " + std::to_string(i) + " needs a value, got only a shape");
       }
       shapes[i] = item.cast<ShapeVec>();
-      in[i] = ShapeFuncInput{shapes[i].data(), static_cast<int>(shapes[i].size()), DLDataType{kDLFloat, 32, 1}, nullptr};
+      in[i] =
+          ShapeFuncInput{shapes[i].data(), static_cast<int>(shapes[i].size()), DLDataType{kDLFloat, 32, 1}, nullptr};
       continue;
     }
     arrays[i] = py::array::ensure(item, py::array::c_style);
@@ -64,8 +64,13 @@ py::list EvalShapeFunc(const std::string& op, const py::list& inputs,
     const py::array& a = arrays[i];
     shapes[i].assign(a.shape(), a.shape() + a.ndim());
     DLDataType dtype = DTypeOfArray(a);
-    values[i] = DLTensor{const_cast<void*>(a.data()), DLDevice{kDLCPU, 0}, static_cast<int32_t>(a.ndim()), dtype,
-                         shapes[i].data(), nullptr, 0};
+    values[i] = DLTensor{const_cast<void*>(a.data()),
+                         DLDevice{kDLCPU, 0},
+                         static_cast<int32_t>(a.ndim()),
+                         dtype,
+                         shapes[i].data(),
+                         nullptr,
+                         0};
     in[i] = ShapeFuncInput{shapes[i].data(), static_cast<int>(shapes[i].size()), dtype,
                            entry->NeedsValue(static_cast<int>(i)) ? &values[i] : nullptr};
   }
@@ -81,14 +86,14 @@ std::vector<bool> CheckMask(const py::object& mask) {
   std::vector<bool> out;
   if (py::isinstance<py::bool_>(mask)) return {mask.cast<bool>()};
   if (!py::isinstance<py::sequence>(mask) || py::isinstance<py::str>(mask)) {
-    Fail(ErrorKind::kType, "data_dependent must be a bool or a list of bools, got " +
-                         py::str(py::type::of(mask)).cast<std::string>());
+    Fail(ErrorKind::kType,
+         "data_dependent must be a bool or a list of bools, got " + py::str(py::type::of(mask)).cast<std::string>());
   }
   size_t i = 0;
   for (py::handle item : mask) {
     if (!py::isinstance<py::bool_>(item)) {
       Fail(ErrorKind::kType, "data_dependent[" + std::to_string(i) + "] must be a bool, got " +
-                           py::str(py::type::of(item)).cast<std::string>());
+                                 py::str(py::type::of(item)).cast<std::string>());
     }
     out.push_back(item.cast<bool>());
     ++i;

@@ -37,14 +37,15 @@ void RegisterVM(py::module_& m) {
       .def_property_readonly("device", &Profiler::device)
       .def_property_readonly("finished", &Profiler::finished)
       .def("counters", [](const Profiler& p) { return CountersToDict(p.counters()); })
-      .def("events",
-           [](const Profiler& p) {
-             py::list out;
-             for (const ProfileEvent& e : p.events()) out.append(EventToTuple(e));
-             return out;
-           },
-           "(category, track, time_source, name, device, detail, start_ns, duration_ns, measured_ns, "
-           "modelled_ns, bytes) per event")
+      .def(
+          "events",
+          [](const Profiler& p) {
+            py::list out;
+            for (const ProfileEvent& e : p.events()) out.append(EventToTuple(e));
+            return out;
+          },
+          "(category, track, time_source, name, device, detail, start_ns, duration_ns, measured_ns, "
+          "modelled_ns, bytes) per event")
       .def("_address", [](Profiler& p) { return reinterpret_cast<uintptr_t>(&p); });
 
   py::class_<VirtualMachine, std::shared_ptr<VirtualMachine>>(m, "VirtualMachine")
@@ -71,20 +72,20 @@ void RegisterVM(py::module_& m) {
            py::arg("max_instructions") = 0)
       // Reading or resetting counters waits for a running call, which may
       // need the GIL (Python kernels, shape-function compiles): release it.
-      .def("counters", [](const VirtualMachine& vm) {
-        Counters c;
-        {
-          py::gil_scoped_release release;
-          c = vm.counters();
-        }
-        return CountersToDict(c);
-      })
+      .def("counters",
+           [](const VirtualMachine& vm) {
+             Counters c;
+             {
+               py::gil_scoped_release release;
+               c = vm.counters();
+             }
+             return CountersToDict(c);
+           })
       .def("constant_counters", [](const VirtualMachine& vm) { return CountersToDict(vm.constant_counters()); })
       .def("reset_counters", &VirtualMachine::ResetCounters, py::call_guard<py::gil_scoped_release>())
       .def("pool_high_water_bytes", &VirtualMachine::pool_high_water_bytes)
-      .def("function_index", [](const VirtualMachine& vm, const std::string& name) {
-        return vm.executable().FunctionIndex(name);
-      })
+      .def("function_index",
+           [](const VirtualMachine& vm, const std::string& name) { return vm.executable().FunctionIndex(name); })
       .def("device", [](const VirtualMachine& vm, int slot) { return vm.device(slot); })
       .def("_address", [](VirtualMachine& vm) { return reinterpret_cast<uintptr_t>(&vm); });
 }

@@ -21,10 +21,15 @@ inline Value* TupleField(const Value* v, size_t i) { return &(*v->tuple)[i]; }
 
 inline Value TensorValue(const TensorRef& t) { return Value::Tensor(t); }
 
-inline TensorRef WrapHost(void* data, int ndim, const int64_t* shape, int code, int bits,
-                          void (*release)(void*), void* context) {
-  DLTensor t{data, DLDevice{kDLCPU, 0}, ndim, DLDataType{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1},
-             const_cast<int64_t*>(shape), nullptr, 0};
+inline TensorRef WrapHost(void* data, int ndim, const int64_t* shape, int code, int bits, void (*release)(void*),
+                          void* context) {
+  DLTensor t{data,
+             DLDevice{kDLCPU, 0},
+             ndim,
+             DLDataType{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1},
+             const_cast<int64_t*>(shape),
+             nullptr,
+             0};
   return WrapHostTensor(t, release, context);
 }
 

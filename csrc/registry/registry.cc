@@ -43,9 +43,8 @@ bool ShapeFuncRegistry::Register(ShapeFuncEntry entry, bool override_equal) {
       if (entry.mask.size() == 1 && entry.arity < 0) {
         entry.mask.assign(static_cast<size_t>(arity), entry.mask[0]);
       } else if (static_cast<int>(entry.mask.size()) != arity) {
-        Fail(ErrorKind::kValue, "register_shape_func: '" + entry.name + "' takes " +
-                                    std::to_string(arity) + " inputs but the mask " +
-                                    MaskToString(entry.mask) + " has " +
+        Fail(ErrorKind::kValue, "register_shape_func: '" + entry.name + "' takes " + std::to_string(arity) +
+                                    " inputs but the mask " + MaskToString(entry.mask) + " has " +
                                     std::to_string(entry.mask.size()));
       }
       entry.arity = arity;
@@ -60,15 +59,12 @@ bool ShapeFuncRegistry::Register(ShapeFuncEntry entry, bool override_equal) {
     }
     if (entry.level < old.level) return false;
     if (entry.level == old.level && !override_equal) {
-      Fail(ErrorKind::kValue, "register_shape_func: '" + entry.name +
-                                  "' is already registered at level " +
-                                  std::to_string(old.level) +
-                                  "; pass override=True or a higher level");
+      Fail(ErrorKind::kValue, "register_shape_func: '" + entry.name + "' is already registered at level " +
+                                  std::to_string(old.level) + "; pass override=True or a higher level");
     }
   } else if (entry.arity >= 0 && static_cast<int>(entry.mask.size()) != entry.arity) {
-    Fail(ErrorKind::kValue, "register_shape_func: '" + entry.name + "' takes " +
-                                std::to_string(entry.arity) + " inputs but the mask has " +
-                                std::to_string(entry.mask.size()));
+    Fail(ErrorKind::kValue, "register_shape_func: '" + entry.name + "' takes " + std::to_string(entry.arity) +
+                                " inputs but the mask has " + std::to_string(entry.mask.size()));
   }
   std::string key = entry.name;
   entries_[key] = std::make_shared<const ShapeFuncEntry>(std::move(entry));
@@ -105,9 +101,8 @@ std::vector<std::string> ShapeFuncRegistry::Names() const {
   return names;
 }
 
-BuiltinRegistrar::BuiltinRegistrar(const char* name, std::vector<std::string> aliases,
-                                   std::vector<bool> mask, int num_outputs, bool count_sized,
-                                   NativeShapeFunc fn) {
+BuiltinRegistrar::BuiltinRegistrar(const char* name, std::vector<std::string> aliases, std::vector<bool> mask,
+                                   int num_outputs, bool count_sized, NativeShapeFunc fn) {
   ShapeFuncEntry entry;
   entry.name = name;
   entry.arity = static_cast<int>(mask.size());

@@ -20,8 +20,7 @@ constexpr const char* kBroadcast = "shapefn.broadcast";
   FailOp(kBroadcast, "shapes " + shapes + " do not broadcast");
 }
 
-void BroadcastShapes(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                     ShapeVec* outputs) {
+void BroadcastShapes(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
   int ndim = 0;
   for (int i = 0; i < num_inputs; ++i) ndim = std::max(ndim, inputs[i].ndim);
   ShapeVec& out = outputs[0];  // empty, with the capacity of earlier calls
@@ -41,8 +40,8 @@ void BroadcastShapes(const ShapeFuncInput* inputs, int num_inputs, const ShapeFu
 
 SHAPEFN_BUILTIN(shapefn_broadcast2, "shapefn.broadcast", {}, (std::vector<bool>{false, false}), 1, false,
                 BroadcastShapes);
-SHAPEFN_BUILTIN(shapefn_broadcast3, "shapefn.broadcast3", {}, (std::vector<bool>{false, false, false}), 1,
-                false, BroadcastShapes);
+SHAPEFN_BUILTIN(shapefn_broadcast3, "shapefn.broadcast3", {}, (std::vector<bool>{false, false, false}), 1, false,
+                BroadcastShapes);
 
 }  // namespace
 }  // namespace shapefn

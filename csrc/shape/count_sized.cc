@@ -22,15 +22,13 @@ using namespace shape_util;
 // relax.nonzero / dyn.nonzero: (ndim, count) with count <= numel.
 constexpr const char* kNonzero = "relax.nonzero";
 
-void NonzeroShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                  ShapeVec* outputs) {
+void NonzeroShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
   RequireInputs(num_inputs, 1, kNonzero);
   const ShapeFuncInput& data = inputs[0];
   outputs[0].assign({data.ndim, CheckedNumel(data, kNonzero)});
 }
 
-SHAPEFN_BUILTIN(relax_nonzero, kNonzero, {"dyn.nonzero"}, (std::vector<bool>{false}), 1, true,
-                NonzeroShape);
+SHAPEFN_BUILTIN(relax_nonzero, kNonzero, {"dyn.nonzero"}, (std::vector<bool>{false}), 1, true, NonzeroShape);
 
 // ---------------------------------------------------------------------------
 // relax.unique / dyn.unique: ONNX Unique over the flattened input. Unique
@@ -39,15 +37,13 @@ SHAPEFN_BUILTIN(relax_nonzero, kNonzero, {"dyn.nonzero"}, (std::vector<bool>{fal
 // other three outputs are really count-sized.
 constexpr const char* kUnique = "relax.unique";
 
-void UniqueShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                 ShapeVec* outputs) {
+void UniqueShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
   RequireInputs(num_inputs, 1, kUnique);
   const int64_t numel = CheckedNumel(inputs[0], kUnique);
   for (int i = 0; i < 4; ++i) outputs[i].assign({numel});
 }
 
-SHAPEFN_BUILTIN(relax_unique, kUnique, {"dyn.unique"}, (std::vector<bool>{false}), 4, true,
-                UniqueShape);
+SHAPEFN_BUILTIN(relax_unique, kUnique, {"dyn.unique"}, (std::vector<bool>{false}), 4, true, UniqueShape);
 
 // ---------------------------------------------------------------------------
 // relax.vision.all_class_non_max_suppression / dyn.vision.non_max_suppression
@@ -57,8 +53,7 @@ SHAPEFN_BUILTIN(relax_unique, kUnique, {"dyn.unique"}, (std::vector<bool>{false}
 // read: it is a scalar the model usually holds as a host constant anyway.
 constexpr const char* kNms = "relax.vision.all_class_non_max_suppression";
 
-void AllClassNmsShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                      ShapeVec* outputs) {
+void AllClassNmsShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
   RequireInputs(num_inputs, 5, kNms);
   const ShapeFuncInput& boxes = inputs[0];
   const ShapeFuncInput& scores = inputs[1];
@@ -71,20 +66,17 @@ void AllClassNmsShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeF
   const int64_t num_boxes = boxes.shape[1];
   const int64_t num_classes = scores.shape[1];
   if (scores.shape[0] != batch || scores.shape[2] != num_boxes) {
-    FailOp(kNms, "scores " + ShapeString(scores) + " must have shape (" + std::to_string(batch) +
-                     ", num_classes, " + std::to_string(num_boxes) + ") to match boxes " +
-                     ShapeString(boxes));
+    FailOp(kNms, "scores " + ShapeString(scores) + " must have shape (" + std::to_string(batch) + ", num_classes, " +
+                     std::to_string(num_boxes) + ") to match boxes " + ShapeString(boxes));
   }
   // ONNX: a negative cap selects nothing, like 0.
-  const int64_t cap = std::max<int64_t>(0, ReadIntScalar(inputs[2], kNms,
-                                                         "max_output_boxes_per_class"));
+  const int64_t cap = std::max<int64_t>(0, ReadIntScalar(inputs[2], kNms, "max_output_boxes_per_class"));
   const int64_t per_class = std::min(num_boxes, cap);
   const int64_t rows = CheckedMul(CheckedMul(batch, num_classes, kNms), per_class, kNms);
   outputs[0].assign({rows, 3});
 }
 
-SHAPEFN_BUILTIN(relax_vision_all_class_non_max_suppression, kNms,
-                {"dyn.vision.non_max_suppression"},
+SHAPEFN_BUILTIN(relax_vision_all_class_non_max_suppression, kNms, {"dyn.vision.non_max_suppression"},
                 (std::vector<bool>{false, false, true, false, false}), 1, true, AllClassNmsShape);
 
 }  // namespace

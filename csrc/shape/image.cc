@@ -20,8 +20,7 @@ constexpr const char* kResize2d = "relax.image.resize2d";
 constexpr int64_t kLayoutNCHW = 0;
 constexpr int64_t kLayoutNHWC = 1;
 
-void Resize2dShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                   ShapeVec* outputs) {
+void Resize2dShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
   RequireInputs(num_inputs, 2, kResize2d);
   const ShapeFuncInput& data = inputs[0];
   RequireRank(data, 4, kResize2d, "data");
@@ -29,8 +28,7 @@ void Resize2dShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFunc
   thread_local ShapeVec size;
   ReadIntVector(inputs[1], kResize2d, "size", &size);
   if (size.size() != 2) {
-    FailOp(kResize2d, "size must have 2 entries (height, width), got " +
-                          std::to_string(size.size()));
+    FailOp(kResize2d, "size must have 2 entries (height, width), got " + std::to_string(size.size()));
   }
   RequireNonNegativeDims(size, kResize2d, "size");
   const int64_t layout = attrs.get(0, kLayoutNCHW);
@@ -48,8 +46,8 @@ void Resize2dShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFunc
   CheckedNumel(out, kResize2d);
 }
 
-SHAPEFN_BUILTIN(relax_image_resize2d, kResize2d, {"dyn.image.resize2d"},
-                (std::vector<bool>{false, true}), 1, false, Resize2dShape);
+SHAPEFN_BUILTIN(relax_image_resize2d, kResize2d, {"dyn.image.resize2d"}, (std::vector<bool>{false, true}), 1, false,
+                Resize2dShape);
 
 // ---------------------------------------------------------------------------
 // relax.nn.pad / dyn.nn.pad
@@ -59,8 +57,7 @@ SHAPEFN_BUILTIN(relax_image_resize2d, kResize2d, {"dyn.image.resize2d"},
 // which. Negative widths crop, as in ONNX; cropping below zero is an error.
 constexpr const char* kPad = "relax.nn.pad";
 
-void PadShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-              ShapeVec* outputs) {
+void PadShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
   RequireInputs(num_inputs, 3, kPad);
   const ShapeFuncInput& data = inputs[0];
   const DLTensor& pads = ValueOf(inputs[1], kPad, "pad_width");
@@ -69,9 +66,8 @@ void PadShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs
   const bool pairs = pads.ndim == 2 && pads.shape[0] == ndim && pads.shape[1] == 2;
   const bool flat = pads.ndim == 1 && pads.shape[0] == 2 * ndim;
   if (!pairs && !flat) {
-    FailOp(kPad, "pad_width must have shape (" + std::to_string(ndim) + ", 2) or (" +
-                     std::to_string(2 * ndim) + ",) for data " + ShapeString(data) + ", got " +
-                     ShapeString(pads.shape, pads.ndim));
+    FailOp(kPad, "pad_width must have shape (" + std::to_string(ndim) + ", 2) or (" + std::to_string(2 * ndim) +
+                     ",) for data " + ShapeString(data) + ", got " + ShapeString(pads.shape, pads.ndim));
   }
   ShapeVec& out = outputs[0];
   out.resize(static_cast<size_t>(ndim));
@@ -80,17 +76,16 @@ void PadShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs
     const int64_t after = ValueAsInt64(pads, pairs ? 2 * i + 1 : ndim + i);
     const int64_t extent = CheckedAdd(CheckedAdd(data.shape[i], before, kPad), after, kPad);
     if (extent < 0) {
-      FailOp(kPad, "axis " + std::to_string(i) + " of data " + ShapeString(data) +
-                       " padded by (" + std::to_string(before) + ", " + std::to_string(after) +
-                       ") has negative extent " + std::to_string(extent));
+      FailOp(kPad, "axis " + std::to_string(i) + " of data " + ShapeString(data) + " padded by (" +
+                       std::to_string(before) + ", " + std::to_string(after) + ") has negative extent " +
+                       std::to_string(extent));
     }
     out[static_cast<size_t>(i)] = extent;
   }
   CheckedNumel(out, kPad);
 }
 
-SHAPEFN_BUILTIN(relax_nn_pad, kPad, {"dyn.nn.pad"}, (std::vector<bool>{false, true, false}), 1,
-                false, PadShape);
+SHAPEFN_BUILTIN(relax_nn_pad, kPad, {"dyn.nn.pad"}, (std::vector<bool>{false, true, false}), 1, false, PadShape);
 
 }  // namespace
 }  // namespace shapefn

@@ -19,8 +19,7 @@ using namespace shape_util;
 // reduced axis replaced by k.
 constexpr const char* kTopK = "relax.topk";
 
-void TopKShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-               ShapeVec* outputs) {
+void TopKShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
   RequireInputs(num_inputs, 2, kTopK);
   const ShapeFuncInput& data = inputs[0];
   const int64_t k = ReadIntScalar(inputs[1], kTopK, "k");
@@ -28,9 +27,8 @@ void TopKShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttr
   const int axis = NormalizeAxis(attrs.get(0, -1), data.ndim, kTopK);
   const int64_t dim = data.shape[axis];
   if (k < 0 || k > dim) {
-    FailOp(kTopK, "k is " + std::to_string(k) + " but axis " + std::to_string(axis) +
-                      " of data " + ShapeString(data) + " has " + std::to_string(dim) +
-                      " elements");
+    FailOp(kTopK, "k is " + std::to_string(k) + " but axis " + std::to_string(axis) + " of data " + ShapeString(data) +
+                      " has " + std::to_string(dim) + " elements");
   }
   ShapeVec& out = outputs[0];
   out.assign(data.shape, data.shape + data.ndim);
@@ -38,8 +36,7 @@ void TopKShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttr
   outputs[1] = out;
 }
 
-SHAPEFN_BUILTIN(relax_topk, kTopK, {"dyn.topk"}, (std::vector<bool>{false, true}), 2, false,
-                TopKShape);
+SHAPEFN_BUILTIN(relax_topk, kTopK, {"dyn.topk"}, (std::vector<bool>{false, true}), 2, false, TopKShape);
 
 // ---------------------------------------------------------------------------
 // relax.arange / dyn.arange: the length numpy.arange would produce.
@@ -78,20 +75,19 @@ int64_t RealArangeLength(double start, double stop, double step) {
   // agree.
   if (quotient == 0.0 && delta != 0.0) return std::signbit(quotient) ? 0 : 1;
   if (std::isnan(quotient)) {
-    FailOp(kArange, "cannot compute the length of arange(" + std::to_string(start) + ", " +
-                        std::to_string(stop) + ", " + std::to_string(step) + ")");
+    FailOp(kArange, "cannot compute the length of arange(" + std::to_string(start) + ", " + std::to_string(stop) +
+                        ", " + std::to_string(step) + ")");
   }
   const double length = std::ceil(quotient);
   if (length <= 0.0) return 0;
   if (!(length < 9223372036854775808.0)) {  // 2^63, exact in double; also catches inf
-    FailOp(kArange, "length of arange(" + std::to_string(start) + ", " + std::to_string(stop) +
-                        ", " + std::to_string(step) + ") overflows int64");
+    FailOp(kArange, "length of arange(" + std::to_string(start) + ", " + std::to_string(stop) + ", " +
+                        std::to_string(step) + ") overflows int64");
   }
   return static_cast<int64_t>(length);
 }
 
-void ArangeShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                 ShapeVec* outputs) {
+void ArangeShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
   RequireInputs(num_inputs, 3, kArange);
   const char* names[3] = {"start", "stop", "step"};
   const DLTensor* values[3];
@@ -120,8 +116,7 @@ void ArangeShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAt
   outputs[0].assign({length});
 }
 
-SHAPEFN_BUILTIN(relax_arange, kArange, {"dyn.arange"}, (std::vector<bool>{true, true, true}), 1,
-                false, ArangeShape);
+SHAPEFN_BUILTIN(relax_arange, kArange, {"dyn.arange"}, (std::vector<bool>{true, true, true}), 1, false, ArangeShape);
 
 }  // namespace
 }  // namespace shapefn

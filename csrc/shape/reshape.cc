@@ -22,8 +22,7 @@ using namespace shape_util;
 // is a literal 0. One -1 is inferred from the element count.
 constexpr const char* kReshape = "relax.reshape";
 
-void ReshapeShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                  ShapeVec* outputs) {
+void ReshapeShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
   RequireInputs(num_inputs, 2, kReshape);
   const ShapeFuncInput& data = inputs[0];
   const bool allowzero = attrs.get(0, 0) != 0;
@@ -39,8 +38,8 @@ void ReshapeShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncA
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == 0 && !allowzero) {
       if (i >= static_cast<size_t>(data.ndim)) {
-        FailOp(kReshape, at(i) + " is 0 (copy the input dim) but data " + ShapeString(data) +
-                             " has only " + std::to_string(data.ndim) + " dims");
+        FailOp(kReshape, at(i) + " is 0 (copy the input dim) but data " + ShapeString(data) + " has only " +
+                             std::to_string(data.ndim) + " dims");
       }
       out[i] = data.shape[i];
     } else if (out[i] == -1) {
@@ -60,19 +59,17 @@ void ReshapeShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncA
     // numpy refuses to guess when the other dims multiply to 0 (any value
     // would do), and so do we.
     if (known == 0 || total % known != 0) {
-      FailOp(kReshape, "cannot infer the -1 in newshape " + requested() +
-                           " for data " + ShapeString(data) + " of " + std::to_string(total) +
-                           " elements");
+      FailOp(kReshape, "cannot infer the -1 in newshape " + requested() + " for data " + ShapeString(data) + " of " +
+                           std::to_string(total) + " elements");
     }
     out[static_cast<size_t>(inferred)] = total / known;
   } else if (known != total) {
-    FailOp(kReshape, "cannot reshape data " + ShapeString(data) + " of " +
-                         std::to_string(total) + " elements into " + ShapeString(out));
+    FailOp(kReshape, "cannot reshape data " + ShapeString(data) + " of " + std::to_string(total) + " elements into " +
+                         ShapeString(out));
   }
 }
 
-SHAPEFN_BUILTIN(relax_reshape, kReshape, {"dyn.reshape"}, (std::vector<bool>{false, true}), 1,
-                false, ReshapeShape);
+SHAPEFN_BUILTIN(relax_reshape, kReshape, {"dyn.reshape"}, (std::vector<bool>{false, true}), 1, false, ReshapeShape);
 
 // ---------------------------------------------------------------------------
 // relax.broadcast_to / dyn.broadcast_to
@@ -82,14 +79,11 @@ SHAPEFN_BUILTIN(relax_reshape, kReshape, {"dyn.reshape"}, (std::vector<bool>{fal
 // the data, i.e. numpy.broadcast_shapes(data.shape, target).
 constexpr const char* kBroadcastTo = "relax.broadcast_to";
 
-[[noreturn]] void FailBroadcast(const ShapeFuncInput& data, const ShapeVec& target,
-                                const std::string& why) {
-  FailOp(kBroadcastTo, "cannot broadcast data " + ShapeString(data) + " to shape " +
-                           ShapeString(target) + ": " + why);
+[[noreturn]] void FailBroadcast(const ShapeFuncInput& data, const ShapeVec& target, const std::string& why) {
+  FailOp(kBroadcastTo, "cannot broadcast data " + ShapeString(data) + " to shape " + ShapeString(target) + ": " + why);
 }
 
-void BroadcastToShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                      ShapeVec* outputs) {
+void BroadcastToShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
   RequireInputs(num_inputs, 2, kBroadcastTo);
   const ShapeFuncInput& data = inputs[0];
   const bool bidirectional = attrs.get(0, 0) != 0;
@@ -115,15 +109,16 @@ void BroadcastToShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeF
     } else if (bidirectional && t == 1) {
       r = d;
     } else {
-      FailBroadcast(data, target, "dim " + std::to_string(d) + " does not match " +
-                                      std::to_string(t) + " at axis " + std::to_string(-k));
+      FailBroadcast(
+          data, target,
+          "dim " + std::to_string(d) + " does not match " + std::to_string(t) + " at axis " + std::to_string(-k));
     }
     out[static_cast<size_t>(ndim - k)] = r;
   }
 }
 
-SHAPEFN_BUILTIN(relax_broadcast_to, kBroadcastTo, {"dyn.broadcast_to"},
-                (std::vector<bool>{false, true}), 1, false, BroadcastToShape);
+SHAPEFN_BUILTIN(relax_broadcast_to, kBroadcastTo, {"dyn.broadcast_to"}, (std::vector<bool>{false, true}), 1, false,
+                BroadcastToShape);
 
 // ---------------------------------------------------------------------------
 // relax.full / relax.zeros / relax.ones: the output shape *is* the shape
@@ -140,28 +135,23 @@ void ShapeFromValue(const ShapeFuncInput& shape, const char* op, ShapeVec* outpu
   CheckedNumel(out, op);  // a shape whose size overflows cannot be allocated
 }
 
-void FullShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-               ShapeVec* outputs) {
+void FullShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
   RequireInputs(num_inputs, 2, kFull);
   ShapeFromValue(inputs[1], kFull, outputs);
 }
 
-void ZerosShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                ShapeVec* outputs) {
+void ZerosShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
   RequireInputs(num_inputs, 1, kZeros);
   ShapeFromValue(inputs[0], kZeros, outputs);
 }
 
-void OnesShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-               ShapeVec* outputs) {
+void OnesShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
   RequireInputs(num_inputs, 1, kOnes);
   ShapeFromValue(inputs[0], kOnes, outputs);
 }
 
-SHAPEFN_BUILTIN(relax_full, kFull, {"dyn.full"}, (std::vector<bool>{false, true}), 1, false,
-                FullShape);
-SHAPEFN_BUILTIN(relax_zeros, kZeros, {"dyn.zeros"}, (std::vector<bool>{true}), 1, false,
-                ZerosShape);
+SHAPEFN_BUILTIN(relax_full, kFull, {"dyn.full"}, (std::vector<bool>{false, true}), 1, false, FullShape);
+SHAPEFN_BUILTIN(relax_zeros, kZeros, {"dyn.zeros"}, (std::vector<bool>{true}), 1, false, ZerosShape);
 SHAPEFN_BUILTIN(relax_ones, kOnes, {"dyn.ones"}, (std::vector<bool>{true}), 1, false, OnesShape);
 
 // ---------------------------------------------------------------------------
@@ -169,8 +159,7 @@ SHAPEFN_BUILTIN(relax_ones, kOnes, {"dyn.ones"}, (std::vector<bool>{true}), 1, f
 // repeats) is padded with leading 1s before the elementwise product.
 constexpr const char* kTile = "relax.tile";
 
-void TileShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-               ShapeVec* outputs) {
+void TileShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
   RequireInputs(num_inputs, 2, kTile);
   const ShapeFuncInput& data = inputs[0];
   // Per-thread scratch, kept from call to call: a steady-state call allocates nothing.
@@ -190,8 +179,7 @@ void TileShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttr
   CheckedNumel(out, kTile);
 }
 
-SHAPEFN_BUILTIN(relax_tile, kTile, {"dyn.tile"}, (std::vector<bool>{false, true}), 1, false,
-                TileShape);
+SHAPEFN_BUILTIN(relax_tile, kTile, {"dyn.tile"}, (std::vector<bool>{false, true}), 1, false, TileShape);
 
 }  // namespace
 }  // namespace shapefn

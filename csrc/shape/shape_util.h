@@ -29,16 +29,13 @@ inline std::string ShapeString(const int64_t* dims, int ndim) {
   if (ndim == 1) s += ",";
   return s + ")";
 }
-inline std::string ShapeString(const ShapeVec& dims) {
-  return ShapeString(dims.data(), static_cast<int>(dims.size()));
-}
+inline std::string ShapeString(const ShapeVec& dims) { return ShapeString(dims.data(), static_cast<int>(dims.size())); }
 inline std::string ShapeString(const ShapeFuncInput& in) { return ShapeString(in.shape, in.ndim); }
 
 inline int64_t CheckedMul(int64_t a, int64_t b, const char* op) {
   int64_t r;
   if (__builtin_mul_overflow(a, b, &r)) {
-    FailOp(op, "shape product " + std::to_string(a) + " * " + std::to_string(b) +
-                   " overflows int64");
+    FailOp(op, "shape product " + std::to_string(a) + " * " + std::to_string(b) + " overflows int64");
   }
   return r;
 }
@@ -58,9 +55,7 @@ inline int64_t CheckedNumel(const int64_t* dims, int ndim, const char* op) {
   for (int i = 0; i < ndim; ++i) n = CheckedMul(n, dims[i], op);
   return n;
 }
-inline int64_t CheckedNumel(const ShapeFuncInput& in, const char* op) {
-  return CheckedNumel(in.shape, in.ndim, op);
-}
+inline int64_t CheckedNumel(const ShapeFuncInput& in, const char* op) { return CheckedNumel(in.shape, in.ndim, op); }
 inline int64_t CheckedNumel(const ShapeVec& dims, const char* op) {
   return CheckedNumel(dims.data(), static_cast<int>(dims.size()), op);
 }
@@ -69,15 +64,13 @@ inline int64_t CheckedNumel(const ShapeVec& dims, const char* op) {
 // index past what it was given, whoever called it.
 inline void RequireInputs(int num_inputs, int expected, const char* op) {
   if (num_inputs != expected) {
-    FailOp(op, "expects " + std::to_string(expected) + " inputs, got " +
-                   std::to_string(num_inputs));
+    FailOp(op, "expects " + std::to_string(expected) + " inputs, got " + std::to_string(num_inputs));
   }
 }
 
 inline void RequireRank(const ShapeFuncInput& in, int ndim, const char* op, const char* what) {
   if (in.ndim != ndim) {
-    FailOp(op, std::string(what) + " must be " + std::to_string(ndim) + "-D, got shape " +
-                   ShapeString(in));
+    FailOp(op, std::string(what) + " must be " + std::to_string(ndim) + "-D, got shape " + ShapeString(in));
   }
 }
 
@@ -85,19 +78,16 @@ inline void RequireRank(const ShapeFuncInput& in, int ndim, const char* op, cons
 // mask contract; failing beats dereferencing.
 inline const DLTensor& ValueOf(const ShapeFuncInput& in, const char* op, const char* what) {
   if (in.value == nullptr) {
-    FailOp(op, std::string(what) + " needs a value (its data-dependence flag is true) "
-                                    "but only a shape was given");
+    FailOp(op, std::string(what) +
+                   " needs a value (its data-dependence flag is true) "
+                   "but only a shape was given");
   }
   return *in.value;
 }
 
 // DLPack spells bool either as kDLBool or, in older producers, as a 1-bit uint.
-inline bool IsBoolDType(DLDataType t) {
-  return t.code == kDLBool || (t.code == kDLUInt && t.bits == 1);
-}
-inline bool IsIntegerDType(DLDataType t) {
-  return (t.code == kDLInt || t.code == kDLUInt) && !IsBoolDType(t);
-}
+inline bool IsBoolDType(DLDataType t) { return t.code == kDLBool || (t.code == kDLUInt && t.bits == 1); }
+inline bool IsIntegerDType(DLDataType t) { return (t.code == kDLInt || t.code == kDLUInt) && !IsBoolDType(t); }
 
 // Index-like inputs (begin, newshape, repeats, ...) must be integers: a float
 // here almost always means an upstream bug, and silently truncating hides it.
@@ -122,8 +112,7 @@ inline void ReadIntVector(const ShapeFuncInput& in, const char* op, const char* 
   for (int64_t i = 0; i < n; ++i) (*out)[static_cast<size_t>(i)] = ValueAsInt64(v, i);
 }
 
-inline ShapeVec ReadIntVector(const ShapeFuncInput& in, const char* op, const char* what,
-                              bool allow_scalar = false) {
+inline ShapeVec ReadIntVector(const ShapeFuncInput& in, const char* op, const char* what, bool allow_scalar = false) {
   ShapeVec out;
   ReadIntVector(in, op, what, &out, allow_scalar);
   return out;
@@ -134,8 +123,8 @@ inline ShapeVec ReadIntVector(const ShapeFuncInput& in, const char* op, const ch
 inline const DLTensor& ScalarValueOf(const ShapeFuncInput& in, const char* op, const char* what) {
   const DLTensor& v = ValueOf(in, op, what);
   if (ValueNumel(v) != 1 || v.ndim > 1) {
-    FailOp(op, std::string(what) + " must be a scalar or a 1-element vector, got shape " +
-                   ShapeString(v.shape, v.ndim));
+    FailOp(op,
+           std::string(what) + " must be a scalar or a 1-element vector, got shape " + ShapeString(v.shape, v.ndim));
   }
   return v;
 }
@@ -150,8 +139,8 @@ inline int64_t ReadIntScalar(const ShapeFuncInput& in, const char* op, const cha
 inline void RequireNonNegativeDims(const ShapeVec& dims, const char* op, const char* what) {
   for (size_t i = 0; i < dims.size(); ++i) {
     if (dims[i] < 0) {
-      FailOp(op, std::string(what) + "[" + std::to_string(i) + "] is " +
-                     std::to_string(dims[i]) + ", dims must be non-negative");
+      FailOp(op, std::string(what) + "[" + std::to_string(i) + "] is " + std::to_string(dims[i]) +
+                     ", dims must be non-negative");
     }
   }
 }
@@ -160,8 +149,7 @@ inline void RequireNonNegativeDims(const ShapeVec& dims, const char* op, const c
 inline int NormalizeAxis(int64_t axis, int ndim, const char* op) {
   int64_t a = axis < 0 ? axis + ndim : axis;
   if (a < 0 || a >= ndim) {
-    FailOp(op, "axis " + std::to_string(axis) + " is out of range for a " +
-                   std::to_string(ndim) + "-D input");
+    FailOp(op, "axis " + std::to_string(axis) + " is out of range for a " + std::to_string(ndim) + "-D input");
   }
   return static_cast<int>(a);
 }

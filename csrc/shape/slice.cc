@@ -36,13 +36,11 @@ int64_t SliceExtent(int64_t begin, int64_t end, int64_t stride, int64_t dim) {
   // stride magnitude is taken unsigned so INT64_MIN is handled.
   const int64_t span = stride > 0 ? stop - start : start - stop;
   if (span <= 0) return 0;
-  const uint64_t step = stride > 0 ? static_cast<uint64_t>(stride)
-                                   : 0 - static_cast<uint64_t>(stride);
+  const uint64_t step = stride > 0 ? static_cast<uint64_t>(stride) : 0 - static_cast<uint64_t>(stride);
   return static_cast<int64_t>((static_cast<uint64_t>(span) - 1) / step + 1);
 }
 
-void StridedSliceShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
-                       ShapeVec* outputs) {
+void StridedSliceShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
   RequireInputs(num_inputs, 4, kOp);
   const ShapeFuncInput& data = inputs[0];
   // Per-thread scratch, kept from call to call: a steady-state call allocates nothing.
@@ -51,13 +49,12 @@ void StridedSliceShape(const ShapeFuncInput* inputs, int num_inputs, const Shape
   ReadIntVector(inputs[2], kOp, "end", &end);
   ReadIntVector(inputs[3], kOp, "strides", &strides);
   if (end.size() != begin.size() || strides.size() != begin.size()) {
-    FailOp(kOp, "begin, end and strides must have equal lengths, got " +
-                    std::to_string(begin.size()) + ", " + std::to_string(end.size()) + " and " +
-                    std::to_string(strides.size()));
+    FailOp(kOp, "begin, end and strides must have equal lengths, got " + std::to_string(begin.size()) + ", " +
+                    std::to_string(end.size()) + " and " + std::to_string(strides.size()));
   }
   if (begin.size() > static_cast<size_t>(data.ndim)) {
-    FailOp(kOp, "begin has " + std::to_string(begin.size()) + " entries but data " +
-                    ShapeString(data) + " has only " + std::to_string(data.ndim) + " dims");
+    FailOp(kOp, "begin has " + std::to_string(begin.size()) + " entries but data " + ShapeString(data) + " has only " +
+                    std::to_string(data.ndim) + " dims");
   }
   ShapeVec& out = outputs[0];
   out.assign(data.shape, data.shape + data.ndim);
@@ -67,8 +64,8 @@ void StridedSliceShape(const ShapeFuncInput* inputs, int num_inputs, const Shape
   }
 }
 
-SHAPEFN_BUILTIN(relax_dynamic_strided_slice, kOp, {"dyn.strided_slice"},
-                (std::vector<bool>{false, true, true, true}), 1, false, StridedSliceShape);
+SHAPEFN_BUILTIN(relax_dynamic_strided_slice, kOp, {"dyn.strided_slice"}, (std::vector<bool>{false, true, true, true}),
+                1, false, StridedSliceShape);
 
 }  // namespace
 }  // namespace shapefn

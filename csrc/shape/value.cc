@@ -54,8 +54,8 @@ T Load(const char* p) {
 const char* ElementAddress(const DLTensor& value, int64_t i) {
   int64_t n = ValueNumel(value);
   if (i < 0 || i >= n) {
-    Fail(ErrorKind::kIndex, "shape function read element " + std::to_string(i) +
-                                " of a value with " + std::to_string(n) + " elements");
+    Fail(ErrorKind::kIndex,
+         "shape function read element " + std::to_string(i) + " of a value with " + std::to_string(n) + " elements");
   }
   // Sub-byte bools are still stored one per byte by every DLPack producer we
   // accept, hence the round-up.
@@ -112,8 +112,7 @@ Element ReadElement(const DLTensor& value, int64_t i) {
         default: break;
       }
       break;
-    default:
-      break;
+    default: break;
   }
   FailDType(t);
 }
@@ -124,8 +123,7 @@ int64_t ValueNumel(const DLTensor& value) {
   int64_t n = 1;
   for (int d = 0; d < value.ndim; ++d) {
     if (value.shape[d] < 0) {
-      Fail(ErrorKind::kValue, "shape function value has negative extent " +
-                                  std::to_string(value.shape[d]));
+      Fail(ErrorKind::kValue, "shape function value has negative extent " + std::to_string(value.shape[d]));
     }
     if (__builtin_mul_overflow(n, value.shape[d], &n)) {
       Fail(ErrorKind::kValue, "shape function value element count overflows int64");
@@ -137,20 +135,17 @@ int64_t ValueNumel(const DLTensor& value) {
 int64_t ValueAsInt64(const DLTensor& value, int64_t i) {
   Element e = ReadElement(value, i);
   switch (e.kind) {
-    case Element::kSigned:
-      return e.s;
+    case Element::kSigned: return e.s;
     case Element::kUnsigned:
       if (e.u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        Fail(ErrorKind::kValue, "shape function value " + std::to_string(e.u) +
-                                    " overflows int64");
+        Fail(ErrorKind::kValue, "shape function value " + std::to_string(e.u) + " overflows int64");
       }
       return static_cast<int64_t>(e.u);
     case Element::kReal:
       // Converting NaN or an out-of-range double to int64 is undefined
       // behaviour, so range-check before truncating. 2^63 is exact in double.
       if (!(e.f >= -9223372036854775808.0 && e.f < 9223372036854775808.0)) {
-        Fail(ErrorKind::kValue, "shape function value " + std::to_string(e.f) +
-                                    " is not representable as int64");
+        Fail(ErrorKind::kValue, "shape function value " + std::to_string(e.f) + " is not representable as int64");
       }
       return static_cast<int64_t>(e.f);
   }

@@ -54,10 +54,10 @@ std::string Rejection(ExecutableParts parts) {
   return "";
 }
 
-#define EXPECT_REJECTED(parts, fragment)                                  \
-  do {                                                                    \
-    const std::string message = Rejection(parts);                         \
-    EXPECT_NE(message.find(fragment), std::string::npos)                  \
+#define EXPECT_REJECTED(parts, fragment)                                    \
+  do {                                                                      \
+    const std::string message = Rejection(parts);                           \
+    EXPECT_NE(message.find(fragment), std::string::npos)                    \
         << "expected '" << (fragment) << "' in the rejection: " << message; \
   } while (0)
 

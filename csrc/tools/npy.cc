@@ -27,10 +27,9 @@ struct DescrEntry {
 // The descr strings NumPy writes for each dtype the VM takes, on a
 // little-endian machine: '|' for one-byte types, '<' for the rest.
 constexpr DescrEntry kDescrs[] = {
-    {"|b1", {kDLBool, 8, 1}},    {"|i1", {kDLInt, 8, 1}},    {"<i2", {kDLInt, 16, 1}},
-    {"<i4", {kDLInt, 32, 1}},    {"<i8", {kDLInt, 64, 1}},   {"|u1", {kDLUInt, 8, 1}},
-    {"<u2", {kDLUInt, 16, 1}},   {"<u4", {kDLUInt, 32, 1}},  {"<u8", {kDLUInt, 64, 1}},
-    {"<f2", {kDLFloat, 16, 1}},  {"<f4", {kDLFloat, 32, 1}}, {"<f8", {kDLFloat, 64, 1}},
+    {"|b1", {kDLBool, 8, 1}},  {"|i1", {kDLInt, 8, 1}},    {"<i2", {kDLInt, 16, 1}},   {"<i4", {kDLInt, 32, 1}},
+    {"<i8", {kDLInt, 64, 1}},  {"|u1", {kDLUInt, 8, 1}},   {"<u2", {kDLUInt, 16, 1}},  {"<u4", {kDLUInt, 32, 1}},
+    {"<u8", {kDLUInt, 64, 1}}, {"<f2", {kDLFloat, 16, 1}}, {"<f4", {kDLFloat, 32, 1}}, {"<f8", {kDLFloat, 64, 1}},
 };
 constexpr const char* kSupported = "bool, int8/16/32/64, uint8/16/32/64, float16/32/64";
 
@@ -194,7 +193,8 @@ Array Read(const std::string& path) {
   std::optional<DLDataType> dtype = DTypeOfDescr(descr);
   if (!dtype) {
     if (!descr.empty() && descr[0] == '>') {
-      Bad(path, "dtype '" + descr + "' is big-endian; save it little-endian (array.astype('<" + descr.substr(1) + "'))");
+      Bad(path,
+          "dtype '" + descr + "' is big-endian; save it little-endian (array.astype('<" + descr.substr(1) + "'))");
     }
     Bad(path, "dtype '" + descr + "' is not supported; the VM takes " + kSupported);
   }

@@ -181,14 +181,11 @@ void WriteOutputs(const shapefn::Value& value, const std::filesystem::path& dir,
       shapefn::npy::Write(path(), DLDataType{kDLInt, 64, 1}, {static_cast<int64_t>(value.shape.size())},
                           value.shape.data());
       break;
-    case Kind::kInt:
-      shapefn::npy::Write(path(), DLDataType{kDLInt, 64, 1}, {}, &value.i);
-      break;
+    case Kind::kInt: shapefn::npy::Write(path(), DLDataType{kDLInt, 64, 1}, {}, &value.i); break;
     case Kind::kTuple:
       for (const shapefn::Value& field : *value.tuple) WriteOutputs(field, dir, names, depth + 1);
       return;
-    case Kind::kEmpty:
-      return;  // nothing to write (Python sees None)
+    case Kind::kEmpty: return;  // nothing to write (Python sees None)
   }
   names->push_back(name);
 }
@@ -209,8 +206,8 @@ int Run(const Options& o) {
   std::vector<shapefn::Value> args;
   for (const std::string& input : o.inputs) {
     shapefn::npy::Array a = shapefn::npy::Read(input);
-    DLTensor view{a.data.get(), DLDevice{kDLCPU, 0}, static_cast<int32_t>(a.shape.size()), a.dtype,
-                  a.shape.data(), nullptr, 0};
+    DLTensor view{
+        a.data.get(), DLDevice{kDLCPU, 0}, static_cast<int32_t>(a.shape.size()), a.dtype, a.shape.data(), nullptr, 0};
     // The tensor owns the buffer: it is released when the VM and the
     // outputs (which on the host may be the input itself) let go of it.
     auto* owner = new std::shared_ptr<void>(a.data);
@@ -231,8 +228,8 @@ int Run(const Options& o) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir)) {
-    shapefn::Fail(shapefn::ErrorKind::kValue, "cannot create output directory '" + o.output_dir + "'" +
-                                                  (ec ? ": " + ec.message() : ""));
+    shapefn::Fail(shapefn::ErrorKind::kValue,
+                  "cannot create output directory '" + o.output_dir + "'" + (ec ? ": " + ec.message() : ""));
   }
   std::vector<std::string> outputs;
   WriteOutputs(result, dir, &outputs);

@@ -39,7 +39,11 @@ class Writer {
     Pod<uint32_t>(static_cast<uint32_t>(s.size()));
     out.insert(out.end(), s.begin(), s.end());
   }
-  void DType(DLDataType t) { Pod<uint8_t>(t.code); Pod<uint8_t>(t.bits); Pod<uint16_t>(t.lanes); }
+  void DType(DLDataType t) {
+    Pod<uint8_t>(t.code);
+    Pod<uint8_t>(t.bits);
+    Pod<uint16_t>(t.lanes);
+  }
   std::vector<uint8_t> out;
 };
 
@@ -58,8 +62,8 @@ class Reader {
   uint64_t Count(const char* what, size_t min_item_bytes) {
     uint64_t n = Pod<uint32_t>(what);
     if (min_item_bytes && n > static_cast<uint64_t>(end_ - p_) / min_item_bytes) {
-      Fail(ErrorKind::kFormat, std::string("executable is corrupt: ") + what + " count " +
-                                   std::to_string(n) + " exceeds the file");
+      Fail(ErrorKind::kFormat,
+           std::string("executable is corrupt: ") + what + " count " + std::to_string(n) + " exceeds the file");
     }
     return n;
   }
@@ -155,8 +159,8 @@ std::shared_ptr<Executable> Executable::Deserialize(const uint8_t* data, size_t 
   uint64_t checksum = header.Pod<uint64_t>("checksum");
   if (version != kFormatVersion) {
     Fail(ErrorKind::kFormat, "executable format version " + std::to_string(version) +
-                                 " is not supported (this shapefn reads version " +
-                                 std::to_string(kFormatVersion) + ")");
+                                 " is not supported (this shapefn reads version " + std::to_string(kFormatVersion) +
+                                 ")");
   }
   if (payload_size != size - kHeaderSize) {
     Fail(ErrorKind::kFormat, "executable is truncated or has trailing bytes: header says " +

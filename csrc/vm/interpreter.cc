@@ -31,8 +31,7 @@ class FrameRegisters {
 };
 
 [[noreturn]] void KindError(const Instruction& ins, const char* want, const Value& got) {
-  Fail(ErrorKind::kType, std::string(GetOpInfo(ins.op).mnemonic) + " expects " + want + ", got " +
-                             KindName(got.kind));
+  Fail(ErrorKind::kType, std::string(GetOpInfo(ins.op).mnemonic) + " expects " + want + ", got " + KindName(got.kind));
 }
 
 int64_t IntOf(const Instruction& ins, const Value& v) {
@@ -221,7 +220,8 @@ Value VirtualMachine::Impl::Run(int function_index, std::vector<Value>& regs, in
       case Opcode::kAllocTensor: {
         ops::AllocTensor op(ins);
         const ShapeVec& shape = ShapeOf(ins, regs[op.shape()]);
-        SetTensor(regs[op.dst()], Allocate(static_cast<int>(op.device()), shape, DecodeDType(op.dtype()), "alloc_tensor"));
+        SetTensor(regs[op.dst()],
+                  Allocate(static_cast<int>(op.device()), shape, DecodeDType(op.dtype()), "alloc_tensor"));
         break;
       }
       case Opcode::kTensorInStorage: {
@@ -260,20 +260,14 @@ Value VirtualMachine::Impl::Run(int function_index, std::vector<Value>& regs, in
         regs[op.dst()] = Value::Tensor(std::move(t));
         break;
       }
-      case Opcode::kInvokeKernel:
-        ExecInvokeKernel(ins, regs);
-        break;
-      case Opcode::kInvokeShapeFunc:
-        ExecInvokeShapeFunc(ins, regs);
-        break;
+      case Opcode::kInvokeKernel: ExecInvokeKernel(ins, regs); break;
+      case Opcode::kInvokeShapeFunc: ExecInvokeShapeFunc(ins, regs); break;
       case Opcode::kCopy: {
         ops::Copy op(ins);
         regs[op.dst()] = Value::Tensor(CopyTo(TensorOf(ins, regs[op.src()]), static_cast<int>(op.device())));
         break;
       }
-      case Opcode::kReadback:
-        ExecReadback(ins, regs);
-        break;
+      case Opcode::kReadback: ExecReadback(ins, regs); break;
       case Opcode::kShapeOf: {
         ops::ShapeOf op(ins);
         regs[op.dst()] = Value::Shape(TensorOf(ins, regs[op.tensor()])->shape);
@@ -341,7 +335,9 @@ Value VirtualMachine::Impl::Run(int function_index, std::vector<Value>& regs, in
         const Value& t = regs[op.tuple()];
         if (t.kind != Value::Kind::kTuple) KindError(ins, "a tuple", t);
         size_t i = static_cast<size_t>(op.index());
-        if (i >= t.tuple->size()) Fail(ErrorKind::kIndex, "get_item: index " + std::to_string(i) + " out of range for a tuple of " + std::to_string(t.tuple->size()));
+        if (i >= t.tuple->size())
+          Fail(ErrorKind::kIndex, "get_item: index " + std::to_string(i) + " out of range for a tuple of " +
+                                      std::to_string(t.tuple->size()));
         Value field = (*t.tuple)[i];
         regs[op.dst()] = std::move(field);
         break;
@@ -353,8 +349,8 @@ Value VirtualMachine::Impl::Run(int function_index, std::vector<Value>& regs, in
         // Checked before the frame is allocated: max_call_depth frames of up
         // to 2^20 registers each would exhaust memory first.
         if (target.num_registers > kMaxCallStackRegisters - call_stack_registers_) {
-          Fail(ErrorKind::kRuntime, "nested calls hold more than " + std::to_string(kMaxCallStackRegisters) +
-                                        " registers");
+          Fail(ErrorKind::kRuntime,
+               "nested calls hold more than " + std::to_string(kMaxCallStackRegisters) + " registers");
         }
         FrameRegisters held(call_stack_registers_, target.num_registers);
         std::vector<Value> frame(static_cast<size_t>(target.num_registers));
@@ -379,10 +375,8 @@ Value VirtualMachine::Impl::Run(int function_index, std::vector<Value>& regs, in
         pc = target;
         continue;
       }
-      case Opcode::kRet:
-        return std::move(regs[ops::Ret(ins).value()]);
-      case Opcode::kCount:
-        break;
+      case Opcode::kRet: return std::move(regs[ops::Ret(ins).value()]);
+      case Opcode::kCount: break;
     }
     ++pc;
   }
@@ -439,15 +433,13 @@ void VirtualMachine::Impl::ExecInvokeKernel(const Instruction& ins, std::vector<
         ::new (next_tensor) DLTensor(v.tensor->AsDLTensor());
         scratch_args_.emplace_back(next_tensor++);
         break;
-      case Value::Kind::kInt:
-        scratch_args_.emplace_back(v.i);
-        break;
+      case Value::Kind::kInt: scratch_args_.emplace_back(v.i); break;
       case Value::Kind::kShape:
         for (int64_t d : v.shape) scratch_args_.emplace_back(d);
         break;
       default:
-        Fail(ErrorKind::kType, "kernel '" + exe_->kernels()[k] + "' argument " + std::to_string(i) +
-                                   " is " + KindName(v.kind) + "; kernels take tensors, ints and shapes");
+        Fail(ErrorKind::kType, "kernel '" + exe_->kernels()[k] + "' argument " + std::to_string(i) + " is " +
+                                   KindName(v.kind) + "; kernels take tensors, ints and shapes");
     }
   }
   // The lent Tensors are released however the call ends.

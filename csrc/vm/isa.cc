@@ -87,8 +87,8 @@ std::vector<Instruction> Decode(const std::vector<int64_t>& code) {
       if (IsList(info.operands[k].kind)) {
         int64_t count = code[pc + 1 + pos];
         if (count < 0 || static_cast<uint64_t>(count) > n - (pc + 2 + pos)) {
-          Fail(ErrorKind::kFormat, std::string("bad list length in '") + info.mnemonic + "' at word " +
-                                       std::to_string(pc));
+          Fail(ErrorKind::kFormat,
+               std::string("bad list length in '") + info.mnemonic + "' at word " + std::to_string(pc));
         }
         ins.list_offset[ins.num_lists++] = static_cast<uint32_t>(pos);
         pos += 1 + static_cast<size_t>(count);
@@ -106,7 +106,8 @@ namespace {
 
 void PrintWord(std::ostream& os, OperandKind kind, int64_t v) {
   switch (kind) {
-    case OperandKind::kReg: case OperandKind::kRegList: os << "%" << v; break;
+    case OperandKind::kReg:
+    case OperandKind::kRegList: os << "%" << v; break;
     // Only verified code is disassembled: a device operand is a slot of a VM.
     case OperandKind::kDevice: os << "@" << DeviceSlotName(static_cast<int>(v)); break;
     case OperandKind::kKernel: os << "kernel#" << v; break;
@@ -115,7 +116,8 @@ void PrintWord(std::ostream& os, OperandKind kind, int64_t v) {
     case OperandKind::kFunc: os << "func#" << v; break;
     case OperandKind::kTarget: os << "->" << v; break;
     case OperandKind::kDType: os << "dtype:" << v; break;
-    case OperandKind::kImm: case OperandKind::kImmList: os << v; break;
+    case OperandKind::kImm:
+    case OperandKind::kImmList: os << v; break;
   }
 }
 

@@ -182,8 +182,7 @@ constexpr bool SameOperands(const OperandSpec (&a)[N], const OperandSpec (&b)[M]
 // dtype operands pack code | bits << 8 | lanes << 16.
 DLDataType DecodeDType(int64_t word);
 inline int64_t EncodeDType(DLDataType t) {
-  return static_cast<int64_t>(t.code) | (static_cast<int64_t>(t.bits) << 8) |
-         (static_cast<int64_t>(t.lanes) << 16);
+  return static_cast<int64_t>(t.code) | (static_cast<int64_t>(t.bits) << 8) | (static_cast<int64_t>(t.lanes) << 16);
 }
 
 // Decodes `code` into instructions; throws Error(kFormat) on malformed code.

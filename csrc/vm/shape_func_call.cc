@@ -99,8 +99,8 @@ const DLTensor* VirtualMachine::Impl::HostValueOf(const TensorRef& tensor, size_
 void VirtualMachine::Impl::ShapeOrIntInput(const ShapeFuncPlan& plan, const Value& v, int i) {
   ShapeFuncScratch& scratch = shape_func_scratch_;
   if (v.kind != Value::Kind::kShape && v.kind != Value::Kind::kInt) {
-    Fail(ErrorKind::kType, "shape function of '" + plan.entry->name + "' input " + std::to_string(i) + " is " +
-                               KindName(v.kind));
+    Fail(ErrorKind::kType,
+         "shape function of '" + plan.entry->name + "' input " + std::to_string(i) + " is " + KindName(v.kind));
   }
   // Values already on the host: shapes are int64 vectors, ints scalars.
   const bool scalar = v.kind == Value::Kind::kInt;
@@ -108,19 +108,23 @@ void VirtualMachine::Impl::ShapeOrIntInput(const ShapeFuncPlan& plan, const Valu
   *length = static_cast<int64_t>(v.shape.size());
   const int ndim = scalar ? 0 : 1;
   DLTensor& value = scratch.values[static_cast<size_t>(i)];
-  value = DLTensor{const_cast<int64_t*>(scalar ? &v.i : v.shape.data()), DLDevice{kDLCPU, 0}, ndim,
-                   DLDataType{kDLInt, 64, 1}, length, nullptr, 0};
+  value = DLTensor{const_cast<int64_t*>(scalar ? &v.i : v.shape.data()),
+                   DLDevice{kDLCPU, 0},
+                   ndim,
+                   DLDataType{kDLInt, 64, 1},
+                   length,
+                   nullptr,
+                   0};
   scratch.inputs[static_cast<size_t>(i)] = ShapeFuncInput{length, ndim, value.dtype, &value};
 }
 
 void VirtualMachine::Impl::CallNativeShapeFunc(const ShapeFuncPlan& plan, const ShapeFuncAttrs& attrs, int n_in,
-                                         ShapeVec* results) {
+                                               ShapeVec* results) {
   Device& device = *devices_[kExecutionSlot];
   const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
   device.BeginHostShapeWork();
   try {
-    plan.native(shape_func_scratch_.inputs.data(), n_in,
-                attrs, results);
+    plan.native(shape_func_scratch_.inputs.data(), n_in, attrs, results);
   } catch (...) {
     device.EndHostShapeWork();
     throw;
@@ -176,7 +180,7 @@ void VirtualMachine::Impl::CallCompiledShapeFunc(size_t sf, int n_in, int n_out,
       for (size_t j = 1; j < result.size(); ++j) fresh.out_ndims.push_back(result[j].cast<int64_t>());
     } catch (const tvm::ffi::Error& e) {
       FailFromCaught(ErrorKind::kRuntime, "compiling the shape function of '" + entry.name + "' for (" + signature +
-                                    ") failed: " + e.kind() + ": " + e.message());
+                                              ") failed: " + e.kind() + ": " + e.message());
     }
     cache.push_back(std::move(fresh));
     compiled = &cache.back();
@@ -193,15 +197,23 @@ void VirtualMachine::Impl::CallCompiledShapeFunc(size_t sf, int n_in, int n_out,
   for (int i = 0; i < n_in; ++i) {
     const ShapeFuncInput& input = inputs[i];
     tensors[static_cast<size_t>(i)] =
-        input.value != nullptr ? *input.value
-                               : DLTensor{kNeverRead, DLDevice{kDLCPU, 0}, input.ndim, input.dtype,
-                                          const_cast<int64_t*>(input.shape), nullptr, 0};
+        input.value != nullptr
+            ? *input.value
+            : DLTensor{
+                  kNeverRead, DLDevice{kDLCPU, 0}, input.ndim, input.dtype, const_cast<int64_t*>(input.shape), nullptr,
+                  0};
   }
   for (int j = 0; j < n_out; ++j) {
     ShapeVec& shape = results[j];
     shape.assign(static_cast<size_t>(compiled->out_ndims[static_cast<size_t>(j)]), 0);
-    tensors[static_cast<size_t>(n_in + j)] = DLTensor{shape.data(), DLDevice{kDLCPU, 0}, 1, DLDataType{kDLInt, 64, 1},
-                                                      const_cast<int64_t*>(&compiled->out_ndims[static_cast<size_t>(j)]), nullptr, 0};
+    tensors[static_cast<size_t>(n_in + j)] =
+        DLTensor{shape.data(),
+                 DLDevice{kDLCPU, 0},
+                 1,
+                 DLDataType{kDLInt, 64, 1},
+                 const_cast<int64_t*>(&compiled->out_ndims[static_cast<size_t>(j)]),
+                 nullptr,
+                 0};
   }
   std::vector<tvm::ffi::AnyView>& args = scratch.args;
   args.clear();
@@ -214,7 +226,8 @@ void VirtualMachine::Impl::CallCompiledShapeFunc(size_t sf, int n_in, int n_out,
     compiled->fn.CallPacked(args.data(), static_cast<int32_t>(args.size()), &rv);
   } catch (const tvm::ffi::Error& e) {
     device.EndHostShapeWork();
-    FailFromCaught(ErrorKind::kRuntime, "shape function of '" + entry.name + "' failed: " + e.kind() + ": " + e.message());
+    FailFromCaught(ErrorKind::kRuntime,
+                   "shape function of '" + entry.name + "' failed: " + e.kind() + ": " + e.message());
   }
   device.EndHostShapeWork();
   if (profiler_ != nullptr) profiler_->ShapeFunc(entry.name, false, start);

@@ -17,7 +17,7 @@ size_t MemoryPool::SizeClass(size_t n) {
   if (n <= 256) return 256;
   const int log2_ceil = 64 - __builtin_clzll(n - 1);  // the octave (p/2, p], p = 2^log2_ceil
   const size_t half = size_t{1} << (log2_ceil - 1);
-  const int step_log2 = log2_ceil - 3;                  // 4 classes per octave: steps of p/8
+  const int step_log2 = log2_ceil - 3;  // 4 classes per octave: steps of p/8
   return half + ((((n - half - 1) >> step_log2) + 1) << step_log2);
 }
 
@@ -139,15 +139,16 @@ DLDataType DTypeFromString(const std::string& text) {
     return DLDataType{code, static_cast<uint8_t>(bits), 1};
   };
   if (text == "bool") return DLDataType{kDLBool, 8, 1};
-  for (auto [prefix, code] : {std::pair<const char*, uint8_t>{"uint", kDLUInt}, {"int", kDLInt},
-                              {"float", kDLFloat}, {"bfloat", kDLBfloat}}) {
+  for (auto [prefix, code] : {std::pair<const char*, uint8_t>{"uint", kDLUInt},
+                              {"int", kDLInt},
+                              {"float", kDLFloat},
+                              {"bfloat", kDLBfloat}}) {
     if (auto dt = parse(prefix, code)) return *dt;
   }
   Fail(ErrorKind::kType, "unsupported dtype '" + text + "'");
 }
 
-TensorRef AllocTensor(const std::shared_ptr<MemoryPool>& pool, const ShapeVec& shape,
-                      DLDataType dtype) {
+TensorRef AllocTensor(const std::shared_ptr<MemoryPool>& pool, const ShapeVec& shape, DLDataType dtype) {
   size_t nbytes = CheckedNBytes(shape, dtype);
   auto storage = std::make_shared<Storage>();
   storage->device = pool->device();

@@ -21,20 +21,16 @@ bool ValidDType(DLDataType t) {
     case kDLInt:
     case kDLUInt:
     case kDLFloat:
-      return t.bits == 8 || t.bits == 16 || t.bits == 32 || t.bits == 64 ||
-             (t.code == kDLUInt && t.bits == 1);
-    case kDLBfloat:
-      return t.bits == 16;
-    case kDLBool:
-      return t.bits == 8;
-    default:
-      return false;
+      return t.bits == 8 || t.bits == 16 || t.bits == 32 || t.bits == 64 || (t.code == kDLUInt && t.bits == 1);
+    case kDLBfloat: return t.bits == 16;
+    case kDLBool: return t.bits == 8;
+    default: return false;
   }
 }
 
 [[noreturn]] void Reject(const FunctionDef& f, size_t pc, const std::string& what) {
-  Fail(ErrorKind::kFormat, "invalid executable: function '" + f.name + "' instruction " +
-                               std::to_string(pc) + ": " + what);
+  Fail(ErrorKind::kFormat,
+       "invalid executable: function '" + f.name + "' instruction " + std::to_string(pc) + ": " + what);
 }
 
 // What an instruction's check sees. `shape_funcs` is null at load and the
@@ -186,16 +182,16 @@ void VerifyExecutable(const Executable& exe) {
   for (const auto& k : kernels) CheckName(k, "kernel");
   for (const auto& s : shape_funcs) CheckName(s, "shape function");
   // The kernel library is a file beside the executable, never a path.
-  if (!kernel_library.empty() &&
-      (!ValidUtf8(kernel_library) || kernel_library.find('/') != std::string::npos ||
-       kernel_library == "." || kernel_library == "..")) {
+  if (!kernel_library.empty() && (!ValidUtf8(kernel_library) || kernel_library.find('/') != std::string::npos ||
+                                  kernel_library == "." || kernel_library == "..")) {
     Fail(ErrorKind::kFormat, "invalid executable: kernel library must be a file name beside the executable");
   }
   for (size_t i = 0; i < constants.size(); ++i) {
     const ConstantDef& c = constants[i];
     std::string where = "invalid executable: constant " + std::to_string(i);
     if (!ValidDType(c.dtype)) Fail(ErrorKind::kFormat, where + " has an invalid dtype");
-    if (c.device_slot < 0 || c.device_slot >= kNumDeviceSlots) Fail(ErrorKind::kFormat, where + " has an invalid device");
+    if (c.device_slot < 0 || c.device_slot >= kNumDeviceSlots)
+      Fail(ErrorKind::kFormat, where + " has an invalid device");
     for (int64_t d : c.shape) {
       if (d < 0) Fail(ErrorKind::kFormat, where + " has a negative dimension");
     }
@@ -205,17 +201,19 @@ void VerifyExecutable(const Executable& exe) {
     } catch (const Error&) {
       Fail(ErrorKind::kFormat, where + " is too large");
     }
-    if (nbytes != c.bytes.size()) Fail(ErrorKind::kFormat, where + " has " + std::to_string(c.bytes.size()) + " bytes, its shape needs " + std::to_string(nbytes));
+    if (nbytes != c.bytes.size())
+      Fail(ErrorKind::kFormat,
+           where + " has " + std::to_string(c.bytes.size()) + " bytes, its shape needs " + std::to_string(nbytes));
   }
   for (const FunctionDef& f : functions) {
     CheckName(f.name, "function");
     for (const ParamSpec& p : f.params) CheckName(p.name, "parameter");
     for (const std::string& sym : f.symbols) CheckName(sym, "symbol");
-    if (!names.insert(f.name).second) Fail(ErrorKind::kFormat, "invalid executable: duplicate function '" + f.name + "'");
+    if (!names.insert(f.name).second)
+      Fail(ErrorKind::kFormat, "invalid executable: duplicate function '" + f.name + "'");
     if (f.num_registers < static_cast<int64_t>(f.params.size()) || f.num_registers > kMaxRegisters) {
-      Fail(ErrorKind::kFormat, "invalid executable: function '" + f.name + "' has " +
-                                   std::to_string(f.num_registers) + " registers for " +
-                                   std::to_string(f.params.size()) + " parameters");
+      Fail(ErrorKind::kFormat, "invalid executable: function '" + f.name + "' has " + std::to_string(f.num_registers) +
+                                   " registers for " + std::to_string(f.params.size()) + " parameters");
     }
     for (const ParamSpec& p : f.params) {
       std::string where = "invalid executable: function '" + f.name + "' parameter '" + p.name + "'";

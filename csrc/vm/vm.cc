@@ -20,8 +20,8 @@ const char* KindName(Value::Kind kind) {
   return "?";
 }
 
-VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, std::shared_ptr<Device> device,
-                               VMOptions options, const std::map<std::string, tvm::ffi::Function>& kernels) {
+VirtualMachine::VirtualMachine(std::shared_ptr<const Executable> exe, std::shared_ptr<Device> device, VMOptions options,
+                               const std::map<std::string, tvm::ffi::Function>& kernels) {
   if (!exe) Fail(ErrorKind::kValue, "VirtualMachine needs an executable");
   if (!device) Fail(ErrorKind::kValue, "VirtualMachine needs a device");
   impl_ = std::make_unique<Impl>(std::move(exe), std::move(device), options, kernels);
@@ -64,7 +64,8 @@ VirtualMachine::Impl::Impl(std::shared_ptr<const Executable> exe, std::shared_pt
     }
     auto global = tvm::ffi::Function::GetGlobal(name);
     if (!global.has_value()) {
-      Fail(ErrorKind::kKey, "kernel '" + name + "' is neither in the executable's library nor a registered global function");
+      Fail(ErrorKind::kKey,
+           "kernel '" + name + "' is neither in the executable's library nor a registered global function");
     }
     kernels_.push_back(*global);
     kernel_takes_tensors_.push_back(true);
@@ -160,8 +161,8 @@ Value VirtualMachine::Impl::Invoke(int function_index, std::vector<Value> args, 
 
 void VirtualMachine::Impl::CheckArguments(const FunctionDef& fn, std::vector<Value>& args) {
   if (args.size() != fn.params.size()) {
-    Fail(ErrorKind::kType, "'" + fn.name + "' takes " + std::to_string(fn.params.size()) +
-                               " arguments, got " + std::to_string(args.size()));
+    Fail(ErrorKind::kType, "'" + fn.name + "' takes " + std::to_string(fn.params.size()) + " arguments, got " +
+                               std::to_string(args.size()));
   }
   // Sizes bound by earlier dimensions; on the stack for the usual few symbols.
   int64_t small_symbols[8];
@@ -182,7 +183,8 @@ void VirtualMachine::Impl::CheckArguments(const FunctionDef& fn, std::vector<Val
     }
     const TensorObj& t = *args[i].tensor;
     if (t.dtype.code != p.dtype.code || t.dtype.bits != p.dtype.bits || t.dtype.lanes != p.dtype.lanes) {
-      Fail(ErrorKind::kType, where() + " must have dtype " + DTypeToString(p.dtype) + ", got " + DTypeToString(t.dtype));
+      Fail(ErrorKind::kType,
+           where() + " must have dtype " + DTypeToString(p.dtype) + ", got " + DTypeToString(t.dtype));
     }
     if (t.shape.size() != p.dims.size()) {
       Fail(ErrorKind::kValue, where() + " must have rank " + std::to_string(p.dims.size()) + ", got rank " +
@@ -193,8 +195,8 @@ void VirtualMachine::Impl::CheckArguments(const FunctionDef& fn, std::vector<Val
       int64_t got = t.shape[d];
       if (want >= 0) {
         if (got != want) {
-          Fail(ErrorKind::kValue, where() + " dimension " + std::to_string(d) + " must be " +
-                                      std::to_string(want) + ", got " + std::to_string(got));
+          Fail(ErrorKind::kValue, where() + " dimension " + std::to_string(d) + " must be " + std::to_string(want) +
+                                      ", got " + std::to_string(got));
         }
         continue;
       }
@@ -202,18 +204,18 @@ void VirtualMachine::Impl::CheckArguments(const FunctionDef& fn, std::vector<Val
       if (symbols[s] < 0) {
         symbols[s] = got;
       } else if (symbols[s] != got) {
-        Fail(ErrorKind::kValue, where() + " dimension " + std::to_string(d) + " is " + std::to_string(got) +
-                                    " but '" + fn.symbols[s] + "' is " + std::to_string(symbols[s]) +
+        Fail(ErrorKind::kValue, where() + " dimension " + std::to_string(d) + " is " + std::to_string(got) + " but '" +
+                                    fn.symbols[s] + "' is " + std::to_string(symbols[s]) +
                                     " from an earlier dimension");
       }
     }
     if (t.device() != devices_[p.device_slot]) {
       if (!t.device()->is_host() && !devices_[p.device_slot]->is_host()) {
         const std::string& mine = devices_[kExecutionSlot]->name();
-        Fail(ErrorKind::kValue, where() + " is on device '" + t.device()->name() + "', " +
-                                    (t.device()->name() == mine ? "another instance than this VM's"
-                                                                : "this VM runs on '" + mine + "'") +
-                                    "; pass tensor.numpy() to copy it through the host");
+        Fail(ErrorKind::kValue,
+             where() + " is on device '" + t.device()->name() + "', " +
+                 (t.device()->name() == mine ? "another instance than this VM's" : "this VM runs on '" + mine + "'") +
+                 "; pass tensor.numpy() to copy it through the host");
       }
       args[i] = Value::Tensor(CopyTo(args[i].tensor, p.device_slot));
     }
@@ -221,10 +223,9 @@ void VirtualMachine::Impl::CheckArguments(const FunctionDef& fn, std::vector<Val
 }
 
 void VirtualMachine::Impl::OnBackwardJump() {
-  if (options_.max_instructions > 0 &&
-      counters_.instructions - call_start_instructions_ > options_.max_instructions) {
-    Fail(ErrorKind::kRuntime, "the call exceeded its budget of " + std::to_string(options_.max_instructions) +
-                                  " instructions");
+  if (options_.max_instructions > 0 && counters_.instructions - call_start_instructions_ > options_.max_instructions) {
+    Fail(ErrorKind::kRuntime,
+         "the call exceeded its budget of " + std::to_string(options_.max_instructions) + " instructions");
   }
   // Checking for Ctrl-C takes the GIL, so only every 4096th loop iteration.
   if ((++backward_jumps_ & 4095u) == 0 && TVMFFIEnvCheckSignals() != 0) {

@@ -94,7 +94,7 @@ class VirtualMachine::Impl {
   int64_t call_start_instructions_ = 0;
   uint32_t backward_jumps_ = 0;
   int64_t call_stack_registers_ = 0;  // held by the frames of the running call's nested calls
-  mutable std::mutex call_mutex_;  // held for a whole call, and to read or reset counters_
+  mutable std::mutex call_mutex_;     // held for a whole call, and to read or reset counters_
 
   struct CompiledShapeFunc {
     std::vector<uint64_t> signature;  // per input: dtype code | bits << 8 | lanes << 16 | ndim << 32
@@ -107,8 +107,8 @@ class VirtualMachine::Impl {
   // Reused by every shape-function call (calls are serialised).
   struct ShapeFuncScratch {
     std::vector<ShapeFuncInput> inputs;
-    std::vector<DLTensor> values;          // host views of the inputs whose values are read
-    std::vector<int64_t> value_lengths;    // the 1-d shape of each shape-valued input
+    std::vector<DLTensor> values;        // host views of the inputs whose values are read
+    std::vector<int64_t> value_lengths;  // the 1-d shape of each shape-valued input
     void Resize(size_t n_in) {
       inputs.resize(n_in);
       values.resize(n_in);
@@ -116,7 +116,7 @@ class VirtualMachine::Impl {
     }
     std::vector<ShapeVec> results;
     std::vector<uint64_t> signature;
-    std::vector<DLTensor> arg_tensors;     // arguments of a TVM-compiled shape function
+    std::vector<DLTensor> arg_tensors;  // arguments of a TVM-compiled shape function
     std::vector<tvm::ffi::AnyView> args;
   } shape_func_scratch_;
   // The registers of the outermost call (calls are serialised).

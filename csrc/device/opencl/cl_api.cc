@@ -36,11 +36,11 @@ Loaded Load() {
     result.why_not = "the OpenCL ICD loader (libOpenCL) could not be opened (" + tried + "): " + kInstallHint;
     return result;
   }
-#define SHAPEFN_CL_RESOLVE(name, ret, params)                                                      \
-  result.api.name = reinterpret_cast<ret(*) params>(dlsym(handle, #name));                         \
-  if (result.api.name == nullptr) {                                                                \
+#define SHAPEFN_CL_RESOLVE(name, ret, params)                                                     \
+  result.api.name = reinterpret_cast<ret(*) params>(dlsym(handle, #name));                        \
+  if (result.api.name == nullptr) {                                                               \
     result.why_not = "the OpenCL ICD loader has no " #name " (an OpenCL 1.2 loader is required)"; \
-    return result;                                                                                 \
+    return result;                                                                                \
   }
   SHAPEFN_CL_FUNCTIONS(SHAPEFN_CL_RESOLVE)
 #undef SHAPEFN_CL_RESOLVE

@@ -82,43 +82,42 @@ constexpr cl_event_info CL_EVENT_COMMAND_EXECUTION_STATUS = 0x11D3;
 constexpr cl_int CL_COMPLETE = 0x0;
 
 // Entry points, resolved by name from the ICD loader.
-#define SHAPEFN_CL_FUNCTIONS(X)                                                                              \
-  X(clGetPlatformIDs, cl_int, (cl_uint, cl_platform_id*, cl_uint*))                                          \
-  X(clGetPlatformInfo, cl_int, (cl_platform_id, cl_platform_info, size_t, void*, size_t*))                   \
-  X(clGetDeviceIDs, cl_int, (cl_platform_id, cl_device_type, cl_uint, cl_device_id*, cl_uint*))              \
-  X(clGetDeviceInfo, cl_int, (cl_device_id, cl_device_info, size_t, void*, size_t*))                         \
-  X(clCreateContext, cl_context,                                                                             \
-    (const cl_context_properties*, cl_uint, const cl_device_id*,                                             \
-     void (*)(const char*, const void*, size_t, void*), void*, cl_int*))                                     \
-  X(clReleaseContext, cl_int, (cl_context))                                                                  \
-  X(clCreateCommandQueue, cl_command_queue, (cl_context, cl_device_id, cl_command_queue_properties, cl_int*)) \
-  X(clReleaseCommandQueue, cl_int, (cl_command_queue))                                                       \
-  X(clCreateBuffer, cl_mem, (cl_context, cl_mem_flags, size_t, void*, cl_int*))                              \
-  X(clCreateSubBuffer, cl_mem, (cl_mem, cl_mem_flags, cl_buffer_create_type, const void*, cl_int*))          \
-  X(clReleaseMemObject, cl_int, (cl_mem))                                                                    \
-  X(clEnqueueReadBuffer, cl_int,                                                                             \
-    (cl_command_queue, cl_mem, cl_bool, size_t, size_t, void*, cl_uint, const cl_event*, cl_event*))         \
-  X(clEnqueueWriteBuffer, cl_int,                                                                            \
-    (cl_command_queue, cl_mem, cl_bool, size_t, size_t, const void*, cl_uint, const cl_event*, cl_event*))   \
-  X(clEnqueueCopyBuffer, cl_int,                                                                             \
-    (cl_command_queue, cl_mem, cl_mem, size_t, size_t, size_t, cl_uint, const cl_event*, cl_event*))         \
-  X(clFinish, cl_int, (cl_command_queue))                                                                    \
-  X(clFlush, cl_int, (cl_command_queue))                                                                     \
-  X(clCreateProgramWithSource, cl_program, (cl_context, cl_uint, const char**, const size_t*, cl_int*))      \
-  X(clBuildProgram, cl_int,                                                                                  \
-    (cl_program, cl_uint, const cl_device_id*, const char*, void (*)(cl_program, void*), void*))            \
-  X(clGetProgramBuildInfo, cl_int, (cl_program, cl_device_id, cl_program_build_info, size_t, void*, size_t*)) \
-  X(clReleaseProgram, cl_int, (cl_program))                                                                  \
-  X(clCreateKernel, cl_kernel, (cl_program, const char*, cl_int*))                                           \
-  X(clReleaseKernel, cl_int, (cl_kernel))                                                                    \
-  X(clSetKernelArg, cl_int, (cl_kernel, cl_uint, size_t, const void*))                                       \
-  X(clGetKernelWorkGroupInfo, cl_int,                                                                        \
-    (cl_kernel, cl_device_id, cl_kernel_work_group_info, size_t, void*, size_t*))                           \
-  X(clEnqueueNDRangeKernel, cl_int,                                                                          \
-    (cl_command_queue, cl_kernel, cl_uint, const size_t*, const size_t*, const size_t*, cl_uint,            \
-     const cl_event*, cl_event*))                                                                            \
-  X(clGetEventInfo, cl_int, (cl_event, cl_event_info, size_t, void*, size_t*))                               \
-  X(clWaitForEvents, cl_int, (cl_uint, const cl_event*))                                                     \
+#define SHAPEFN_CL_FUNCTIONS(X)                                                                                     \
+  X(clGetPlatformIDs, cl_int, (cl_uint, cl_platform_id*, cl_uint*))                                                 \
+  X(clGetPlatformInfo, cl_int, (cl_platform_id, cl_platform_info, size_t, void*, size_t*))                          \
+  X(clGetDeviceIDs, cl_int, (cl_platform_id, cl_device_type, cl_uint, cl_device_id*, cl_uint*))                     \
+  X(clGetDeviceInfo, cl_int, (cl_device_id, cl_device_info, size_t, void*, size_t*))                                \
+  X(clCreateContext, cl_context,                                                                                    \
+    (const cl_context_properties*, cl_uint, const cl_device_id*, void (*)(const char*, const void*, size_t, void*), \
+     void*, cl_int*))                                                                                               \
+  X(clReleaseContext, cl_int, (cl_context))                                                                         \
+  X(clCreateCommandQueue, cl_command_queue, (cl_context, cl_device_id, cl_command_queue_properties, cl_int*))       \
+  X(clReleaseCommandQueue, cl_int, (cl_command_queue))                                                              \
+  X(clCreateBuffer, cl_mem, (cl_context, cl_mem_flags, size_t, void*, cl_int*))                                     \
+  X(clCreateSubBuffer, cl_mem, (cl_mem, cl_mem_flags, cl_buffer_create_type, const void*, cl_int*))                 \
+  X(clReleaseMemObject, cl_int, (cl_mem))                                                                           \
+  X(clEnqueueReadBuffer, cl_int,                                                                                    \
+    (cl_command_queue, cl_mem, cl_bool, size_t, size_t, void*, cl_uint, const cl_event*, cl_event*))                \
+  X(clEnqueueWriteBuffer, cl_int,                                                                                   \
+    (cl_command_queue, cl_mem, cl_bool, size_t, size_t, const void*, cl_uint, const cl_event*, cl_event*))          \
+  X(clEnqueueCopyBuffer, cl_int,                                                                                    \
+    (cl_command_queue, cl_mem, cl_mem, size_t, size_t, size_t, cl_uint, const cl_event*, cl_event*))                \
+  X(clFinish, cl_int, (cl_command_queue))                                                                           \
+  X(clFlush, cl_int, (cl_command_queue))                                                                            \
+  X(clCreateProgramWithSource, cl_program, (cl_context, cl_uint, const char**, const size_t*, cl_int*))             \
+  X(clBuildProgram, cl_int,                                                                                         \
+    (cl_program, cl_uint, const cl_device_id*, const char*, void (*)(cl_program, void*), void*))                    \
+  X(clGetProgramBuildInfo, cl_int, (cl_program, cl_device_id, cl_program_build_info, size_t, void*, size_t*))       \
+  X(clReleaseProgram, cl_int, (cl_program))                                                                         \
+  X(clCreateKernel, cl_kernel, (cl_program, const char*, cl_int*))                                                  \
+  X(clReleaseKernel, cl_int, (cl_kernel))                                                                           \
+  X(clSetKernelArg, cl_int, (cl_kernel, cl_uint, size_t, const void*))                                              \
+  X(clGetKernelWorkGroupInfo, cl_int, (cl_kernel, cl_device_id, cl_kernel_work_group_info, size_t, void*, size_t*)) \
+  X(clEnqueueNDRangeKernel, cl_int,                                                                                 \
+    (cl_command_queue, cl_kernel, cl_uint, const size_t*, const size_t*, const size_t*, cl_uint, const cl_event*,   \
+     cl_event*))                                                                                                    \
+  X(clGetEventInfo, cl_int, (cl_event, cl_event_info, size_t, void*, size_t*))                                      \
+  X(clWaitForEvents, cl_int, (cl_uint, const cl_event*))                                                            \
   X(clReleaseEvent, cl_int, (cl_event))
 
 struct ClApi {

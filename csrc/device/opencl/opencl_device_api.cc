@@ -161,10 +161,10 @@ class OpenCLDeviceAPI final : public tvm::runtime::DeviceAPI {
 // before (TVM's wheel has none): shapefn's devices and kernels must agree
 // on what a device address is.
 TVM_FFI_STATIC_INIT_BLOCK() {
-  tvm::ffi::Function::SetGlobal(
-      "device_api.opencl",
-      tvm::ffi::Function::FromTyped([]() { return static_cast<void*>(OpenCLDeviceAPI::Global()); }),
-      /*can_override=*/true);
+  tvm::ffi::Function::SetGlobal("device_api.opencl", tvm::ffi::Function::FromTyped([]() {
+                                  return static_cast<void*>(OpenCLDeviceAPI::Global());
+                                }),
+                                /*can_override=*/true);
   RegisterOpenCLModuleLoader();
 }
 

@@ -40,15 +40,19 @@ struct KernelSpec {
 constexpr int kDynamicLocalMemory = 6;
 
 int LaunchSlot(const std::string& tag, const std::string& kernel) {
-  static const std::pair<const char*, int> kTags[] = {
-      {"blockIdx.x", 0},  {"blockIdx.y", 1},  {"blockIdx.z", 2},
-      {"threadIdx.x", 3}, {"threadIdx.y", 4}, {"threadIdx.z", 5},
-      {"tirx.use_dyn_shared_memory", kDynamicLocalMemory}, {"tir.use_dyn_shared_memory", kDynamicLocalMemory}};
+  static const std::pair<const char*, int> kTags[] = {{"blockIdx.x", 0},
+                                                      {"blockIdx.y", 1},
+                                                      {"blockIdx.z", 2},
+                                                      {"threadIdx.x", 3},
+                                                      {"threadIdx.y", 4},
+                                                      {"threadIdx.z", 5},
+                                                      {"tirx.use_dyn_shared_memory", kDynamicLocalMemory},
+                                                      {"tir.use_dyn_shared_memory", kDynamicLocalMemory}};
   for (const auto& [name, slot] : kTags) {
     if (tag == name) return slot;
   }
-  Fail(ErrorKind::kFormat, "kernel '" + kernel + "' has launch parameter '" + tag +
-                               "', which shapefn's OpenCL runtime does not support");
+  Fail(ErrorKind::kFormat,
+       "kernel '" + kernel + "' has launch parameter '" + tag + "', which shapefn's OpenCL runtime does not support");
 }
 
 // What is built for one device: the program and its kernels, each with the
@@ -71,9 +75,7 @@ class OpenCLModule final : public tvm::ffi::ModuleObj {
       : blob_(std::move(blob)), source_(std::move(source)), kernels_(std::move(kernels)) {}
 
   const char* kind() const final { return "opencl"; }
-  int GetPropertyMask() const final {
-    return tvm::ffi::Module::kBinarySerializable | tvm::ffi::Module::kRunnable;
-  }
+  int GetPropertyMask() const final { return tvm::ffi::Module::kBinarySerializable | tvm::ffi::Module::kRunnable; }
   tvm::ffi::Bytes SaveToBytes() const final { return tvm::ffi::Bytes(blob_); }
   tvm::ffi::String InspectSource(const tvm::ffi::String& format) const final { return source_; }
 
@@ -136,8 +138,8 @@ class OpenCLModule final : public tvm::ffi::ModuleObj {
       if (log.size() > kLogShown) log = log.substr(0, kLogShown) + "\n... (log truncated)";
       std::string names;
       for (const auto& [name, spec] : kernels_) names += (names.empty() ? "" : ", ") + name;
-      p.build_error = "building the OpenCL program of kernels " + names + " for " + OpenCLDeviceName(device) +
-                      " (" + rt.info(device).name + ") failed: " + ClErrorString(code) + "\n" + log;
+      p.build_error = "building the OpenCL program of kernels " + names + " for " + OpenCLDeviceName(device) + " (" +
+                      rt.info(device).name + ") failed: " + ClErrorString(code) + "\n" + log;
       return;
     }
     p.program = program;
@@ -155,7 +157,8 @@ class OpenCLModule final : public tvm::ffi::ModuleObj {
     for (int i = 0; i < n_launch; ++i) {
       const int slot = spec.launch_slots[static_cast<size_t>(i)];
       const int64_t value = args[n_args + i].cast<int64_t>();
-      if (value < 0) Fail(ErrorKind::kValue, "kernel '" + spec.name + "': negative launch extent " + std::to_string(value));
+      if (value < 0)
+        Fail(ErrorKind::kValue, "kernel '" + spec.name + "': negative launch extent " + std::to_string(value));
       launch[static_cast<size_t>(slot)] = value;
       if (slot < kDynamicLocalMemory) work_dim = std::max(work_dim, slot % 3 + 1);
     }
@@ -188,12 +191,11 @@ class OpenCLModule final : public tvm::ffi::ModuleObj {
       cl_int code = cl.clEnqueueNDRangeKernel(rt.queue(device), k.kernel, static_cast<cl_uint>(work_dim), nullptr,
                                               global, local, 0, nullptr, nullptr);
       if (code != CL_SUCCESS) {
-        Fail(ErrorKind::kRuntime, "launching OpenCL kernel '" + spec.name + "' on " + OpenCLDeviceName(device) +
-                                      " with " + std::to_string(global[0] / local[0]) + "x" +
-                                      std::to_string(global[1] / local[1]) + "x" +
-                                      std::to_string(global[2] / local[2]) + " work-groups of " +
-                                      std::to_string(local[0]) + "x" + std::to_string(local[1]) + "x" +
-                                      std::to_string(local[2]) + " failed: " + ClErrorString(code));
+        Fail(ErrorKind::kRuntime,
+             "launching OpenCL kernel '" + spec.name + "' on " + OpenCLDeviceName(device) + " with " +
+                 std::to_string(global[0] / local[0]) + "x" + std::to_string(global[1] / local[1]) + "x" +
+                 std::to_string(global[2] / local[2]) + " work-groups of " + std::to_string(local[0]) + "x" +
+                 std::to_string(local[1]) + "x" + std::to_string(local[2]) + " failed: " + ClErrorString(code));
       }
     }
     rt.CountLaunch(device);
@@ -219,12 +221,20 @@ class OpenCLModule final : public tvm::ffi::ModuleObj {
     } else if (t.code == kDLInt || t.code == kDLUInt || t.code == kDLBool) {
       const int64_t v = value.cast<int64_t>();
       switch (t.bits) {
-        case 8: bits.i8 = static_cast<int8_t>(v); size = 1; break;
+        case 8:
+          bits.i8 = static_cast<int8_t>(v);
+          size = 1;
+          break;
         case 16: bits.i16 = static_cast<int16_t>(v); break;
         case 32: bits.i32 = static_cast<int32_t>(v); break;
         case 64: bits.i64 = v; break;
-        case 1: bits.i8 = static_cast<int8_t>(v != 0); size = 1; break;
-        default: Fail(ErrorKind::kType, "kernel '" + spec.name + "' argument " + std::to_string(i) + ": unsupported integer width");
+        case 1:
+          bits.i8 = static_cast<int8_t>(v != 0);
+          size = 1;
+          break;
+        default:
+          Fail(ErrorKind::kType,
+               "kernel '" + spec.name + "' argument " + std::to_string(i) + ": unsupported integer width");
       }
     } else if (t.code == kDLFloat && (t.bits == 32 || t.bits == 64)) {
       const double v = value.cast<double>();
@@ -265,7 +275,9 @@ tvm::ffi::Module LoadOpenCLModule(const tvm::ffi::Bytes& bytes) {
     spec.arg_types = std::move(k.arg_types);
     for (const std::string& tag : k.launch_tags) spec.launch_slots.push_back(LaunchSlot(tag, spec.name));
     for (int32_t tag : k.arg_extra_tags) {
-      if (tag != 0) Fail(ErrorKind::kFormat, "kernel '" + k.name + "' has an argument tag shapefn's OpenCL runtime does not support");
+      if (tag != 0)
+        Fail(ErrorKind::kFormat,
+             "kernel '" + k.name + "' has an argument tag shapefn's OpenCL runtime does not support");
     }
     kernels.emplace(std::move(k.key), std::move(spec));
   }
@@ -279,16 +291,16 @@ tvm::ffi::Module LoadOpenCLModule(const tvm::ffi::Bytes& bytes) {
 // Replaces any loader registered before: kernels must launch through this
 // runtime, which owns the device addresses their arguments carry.
 void RegisterOpenCLModuleLoader() {
-  tvm::ffi::Function::SetGlobal(
-      "ffi.Module.load_from_bytes.opencl", tvm::ffi::Function::FromTyped([](tvm::ffi::Bytes bytes) {
-        try {
-          return LoadOpenCLModule(bytes);
-        } catch (const Error& e) {
-          TVM_FFI_THROW(ValueError) << e.what();
-        }
-        TVM_FFI_UNREACHABLE();
-      }),
-      /*can_override=*/true);
+  tvm::ffi::Function::SetGlobal("ffi.Module.load_from_bytes.opencl",
+                                tvm::ffi::Function::FromTyped([](tvm::ffi::Bytes bytes) {
+                                  try {
+                                    return LoadOpenCLModule(bytes);
+                                  } catch (const Error& e) {
+                                    TVM_FFI_THROW(ValueError) << e.what();
+                                  }
+                                  TVM_FFI_UNREACHABLE();
+                                }),
+                                /*can_override=*/true);
 }
 
 }  // namespace shapefn::opencl

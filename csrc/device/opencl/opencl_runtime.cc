@@ -146,8 +146,8 @@ Runtime::Device& Runtime::state(int device) const {
   if (device < 0 || device >= num_devices()) {
     if (!available()) Fail(ErrorKind::kValue, "no OpenCL device: " + unavailable_reason_);
     Fail(ErrorKind::kValue, "no OpenCL device " + OpenCLDeviceName(device) + ": this machine has " +
-                                std::to_string(num_devices()) + " (opencl:0 to opencl:" +
-                                std::to_string(num_devices() - 1) + ")");
+                                std::to_string(num_devices()) +
+                                " (opencl:0 to opencl:" + std::to_string(num_devices() - 1) + ")");
   }
   return *devices_[static_cast<size_t>(device)];
 }
@@ -334,8 +334,8 @@ void Runtime::Write(void* device_dst, const void* host_src, size_t nbytes) {
   StagingBuffer staged = TakeStaging(d, nbytes);
   std::memcpy(staged.data.get(), host_src, nbytes);
   cl_event done = nullptr;
-  Check(api_->clEnqueueWriteBuffer(queue(r.device), r.mem, CL_FALSE, r.offset, nbytes, staged.data.get(), 0,
-                                   nullptr, &done),
+  Check(api_->clEnqueueWriteBuffer(queue(r.device), r.mem, CL_FALSE, r.offset, nbytes, staged.data.get(), 0, nullptr,
+                                   &done),
         OpenCLDeviceName(r.device) + ": a copy of " + std::to_string(nbytes) + " bytes to the device");
   {
     std::lock_guard<std::mutex> lock(d.uploads_mutex);

@@ -30,14 +30,14 @@
 namespace shapefn {
 
 enum class ProfileCategory : uint8_t {
-  kCall,      // the whole call
-  kKernel,    // invoke_kernel
-  kShapeFunc, // invoke_shape_func (the function itself; its input copies and sync are events of their own)
-  kCompile,   // compiling a Python shape function for a new input signature
-  kCopy,      // h2d or d2h
-  kSync,      // the host waits for the device
-  kAlloc,     // alloc_storage, alloc_tensor, or a buffer for a copy
-  kReadback,  // readback: its copies and sync, as one span
+  kCall,       // the whole call
+  kKernel,     // invoke_kernel
+  kShapeFunc,  // invoke_shape_func (the function itself; its input copies and sync are events of their own)
+  kCompile,    // compiling a Python shape function for a new input signature
+  kCopy,       // h2d or d2h
+  kSync,       // the host waits for the device
+  kAlloc,      // alloc_storage, alloc_tensor, or a buffer for a copy
+  kReadback,   // readback: its copies and sync, as one span
 };
 const char* ProfileCategoryName(ProfileCategory category);
 
@@ -54,9 +54,9 @@ struct ProfileEvent {
   ProfileCategory category;
   ProfileTrack track;
   TimeSource time_source;
-  std::string name;    // kernel name, shape-function op, "h2d"/"d2h", "sync", "alloc_tensor", ...
-  std::string device;  // where the work ran or the memory lives: "host", "sim", "cuda:0"
-  std::string detail;  // shape functions: "native"/"tvm"; allocations: "pool"/"device"
+  std::string name;         // kernel name, shape-function op, "h2d"/"d2h", "sync", "alloc_tensor", ...
+  std::string device;       // where the work ran or the memory lives: "host", "sim", "cuda:0"
+  std::string detail;       // shape functions: "native"/"tvm"; allocations: "pool"/"device"
   int64_t start_ns = 0;     // on the trace timeline, from the start of the call
   int64_t duration_ns = 0;  // on the trace timeline
   int64_t measured_ns = 0;  // host wall-clock time (0 for device-track events)
@@ -68,8 +68,7 @@ class Profiler {
  public:
   // Trace time now: nanoseconds since BeginCall plus the modelled stalls so far.
   int64_t Now() const {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - origin_)
-               .count() +
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - origin_).count() +
            stall_ns_;
   }
 

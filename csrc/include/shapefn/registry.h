@@ -35,7 +35,8 @@ struct ShapeFuncEntry {
     return mask[static_cast<size_t>(input)];
   }
   bool AnyValue() const {
-    for (bool b : mask) if (b) return true;
+    for (bool b : mask)
+      if (b) return true;
     return false;
   }
 };
@@ -74,12 +75,11 @@ class ShapeFuncRegistry {
 //                   1, false, StridedSliceShape);
 // (A braced list with commas must be parenthesised: it is a macro argument.)
 struct BuiltinRegistrar {
-  BuiltinRegistrar(const char* name, std::vector<std::string> aliases, std::vector<bool> mask,
-                   int num_outputs, bool count_sized, NativeShapeFunc fn);
+  BuiltinRegistrar(const char* name, std::vector<std::string> aliases, std::vector<bool> mask, int num_outputs,
+                   bool count_sized, NativeShapeFunc fn);
 };
 
 #define SHAPEFN_BUILTIN(ident, name, aliases, mask, num_outputs, count_sized, fn) \
-  static ::shapefn::BuiltinRegistrar shapefn_builtin_##ident(name, aliases, mask,   \
-                                                              num_outputs, count_sized, fn)
+  static ::shapefn::BuiltinRegistrar shapefn_builtin_##ident(name, aliases, mask, num_outputs, count_sized, fn)
 
 }  // namespace shapefn

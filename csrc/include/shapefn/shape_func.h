@@ -43,8 +43,8 @@ struct ShapeFuncAttrs {
 // with the storage of earlier calls kept: a shape function that fills them
 // with assign/resize allocates nothing in steady state.
 // Throws shapefn::Error (kind kValue) for inputs the op rejects.
-using NativeShapeFunc = void (*)(const ShapeFuncInput* inputs, int num_inputs,
-                                 const ShapeFuncAttrs& attrs, ShapeVec* outputs);
+using NativeShapeFunc = void (*)(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs,
+                                 ShapeVec* outputs);
 
 // Reads element `i` of an integer (or float, truncated toward zero) host value.
 int64_t ValueAsInt64(const DLTensor& value, int64_t i);

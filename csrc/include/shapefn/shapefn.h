@@ -97,7 +97,8 @@ inline std::vector<std::string> MissingShapeFuncs(const Executable& exe) {
 // device a function may return its argument itself. The tensor must be
 // C-contiguous (strides nullptr).
 inline TensorRef BorrowHostTensor(const DLTensor& tensor) {
-  if (tensor.strides != nullptr) Fail(ErrorKind::kValue, "BorrowHostTensor takes C-contiguous tensors (strides nullptr)");
+  if (tensor.strides != nullptr)
+    Fail(ErrorKind::kValue, "BorrowHostTensor takes C-contiguous tensors (strides nullptr)");
   if (tensor.device.device_type != kDLCPU) Fail(ErrorKind::kValue, "BorrowHostTensor takes host (kDLCPU) memory");
   return WrapHostTensor(tensor, nullptr, nullptr);
 }

@@ -91,8 +91,9 @@ struct TensorObj {
   DLTensor AsDLTensor() const {
     // Kernels compiled by TVM expect byte_offset 0, so the offset is folded
     // into the pointer (fine for every device with pointer arithmetic).
-    return DLTensor{data(), storage->device->kernel_device(), static_cast<int32_t>(shape.size()), dtype,
-                    const_cast<int64_t*>(shape.data()), nullptr, 0};
+    return DLTensor{data(), storage->device->kernel_device(),   static_cast<int32_t>(shape.size()),
+                    dtype,  const_cast<int64_t*>(shape.data()), nullptr,
+                    0};
   }
   // The same view labelled CPU: what host code (a shape function, a
   // readback's destination) reads once the data is host-visible.
@@ -110,8 +111,7 @@ size_t CheckedNBytes(const ShapeVec& shape, DLDataType dtype);
 std::string DTypeToString(DLDataType dtype);
 DLDataType DTypeFromString(const std::string& text);
 
-TensorRef AllocTensor(const std::shared_ptr<MemoryPool>& pool, const ShapeVec& shape,
-                      DLDataType dtype);
+TensorRef AllocTensor(const std::shared_ptr<MemoryPool>& pool, const ShapeVec& shape, DLDataType dtype);
 // Wraps host memory a caller lends; `release(context)` runs when the VM is done.
 TensorRef WrapHostTensor(const DLTensor& tensor, void (*release)(void*), void* context);
 // Copies a tensor's bytes into host memory (counts on the device's copy engine).

@@ -25,11 +25,27 @@ struct Value {
   TensorRef tensor;
   std::shared_ptr<std::vector<Value>> tuple;
 
-  static Value Int(int64_t v) { Value r; r.kind = Kind::kInt; r.i = v; return r; }
-  static Value Shape(ShapeVec s) { Value r; r.kind = Kind::kShape; r.shape = std::move(s); return r; }
-  static Value Tensor(TensorRef t) { Value r; r.kind = Kind::kTensor; r.tensor = std::move(t); return r; }
+  static Value Int(int64_t v) {
+    Value r;
+    r.kind = Kind::kInt;
+    r.i = v;
+    return r;
+  }
+  static Value Shape(ShapeVec s) {
+    Value r;
+    r.kind = Kind::kShape;
+    r.shape = std::move(s);
+    return r;
+  }
+  static Value Tensor(TensorRef t) {
+    Value r;
+    r.kind = Kind::kTensor;
+    r.tensor = std::move(t);
+    return r;
+  }
   static Value Tuple(std::vector<Value> fields) {
-    Value r; r.kind = Kind::kTuple;
+    Value r;
+    r.kind = Kind::kTuple;
     r.tuple = std::shared_ptr<std::vector<Value>>(new std::vector<Value>(std::move(fields)), TupleDeleter{});
     return r;
   }

@@ -41,8 +41,8 @@ class VirtualMachine {
   // `kernels` maps kernel names to functions; names it lacks are looked up
   // among tvm-ffi global functions. Shape functions are resolved in the global
   // registry now: later registrations do not affect this VM.
-  VirtualMachine(std::shared_ptr<const Executable> exe, std::shared_ptr<Device> device,
-                 VMOptions options, const std::map<std::string, tvm::ffi::Function>& kernels);
+  VirtualMachine(std::shared_ptr<const Executable> exe, std::shared_ptr<Device> device, VMOptions options,
+                 const std::map<std::string, tvm::ffi::Function>& kernels);
   ~VirtualMachine();
 
   // Calls are serialised: one VM runs one call at a time.
