@@ -1,4 +1,4 @@
-"""GPU forms of the hand-written TIR kernels (``compiler.gpu_kernels``) on a
+"""GPU forms of the hand-written TIR kernels (``compiler.kernels.gpu``) on a
 real OpenCL device, against their CPU forms (bit for bit) and numpy: ties,
 repeated indices, empty inputs and sizes spanning many work groups; and
 their device code for CUDA (built, not run: no GPU here)."""
