@@ -3,6 +3,8 @@ import hashlib
 import numpy as np
 import pytest
 import tvm
+from tvm import relax
+from tvm.script import relax as R
 
 import shapefn
 from shapefn import kernels
@@ -209,6 +211,34 @@ def onnx_check(request):
             assert counters == on_sim, f"feed {i}: counters on {device} differ from those on sim"
 
     return check
+
+
+def sym(name: str) -> tvm.tirx.Var:
+    """An int64 size variable."""
+    return tvm.tirx.Var(name, "int64")
+
+
+def relax_main(params, body) -> tvm.IRModule:
+    """A module ``main(*params)``, each ``(name, shape, dtype)``, whose body
+    ``body(bb, *vars)`` returns the output."""
+    bb = relax.BlockBuilder()
+    vars_ = [relax.Var(name, relax.TensorType(shape, dtype)) for name, shape, dtype in params]
+    with bb.function("main", vars_):
+        bb.emit_func_output(body(bb, *vars_))
+    return bb.get()
+
+
+@tvm.script.ir_module
+class ProfilingExample:
+    """The README's profiling example: the slice's begin is computed on the
+    device, its end from the input's shape on the host."""
+
+    @R.function
+    def main(x: R.Tensor(("n", "m"), "float32"), offset: R.Tensor((2,), "int64")):
+        begin = R.add(offset, R.const(1, "int64"))
+        end = R.shape_to_tensor(R.shape_of(x))
+        y = R.dynamic_strided_slice(x, begin, end, R.ones(R.shape([2]), "int64"))
+        return R.nonzero(y)
 
 
 class SliceNonzeroModel:

@@ -10,24 +10,11 @@ import onnxruntime as ort
 import pytest
 import tvm
 from onnx import TensorProto, helper
-from tvm import relax, tirx
+from tvm import relax
 
 import shapefn
-from conftest import DEVICES, opencl, run_on_devices
+from conftest import DEVICES, opencl, relax_main, run_on_devices, sym
 from shapefn import ops
-
-
-def build(params, body):
-    """A module ``main(*params)`` whose body ``body(bb, *vars)`` returns the output."""
-    bb = relax.BlockBuilder()
-    vars_ = [relax.Var(name, relax.TensorType(shape, dtype)) for name, shape, dtype in params]
-    with bb.function("main", vars_):
-        bb.emit_func_output(body(bb, *vars_))
-    return bb.get()
-
-
-def sym(name):
-    return tirx.Var(name, "int64")
 
 
 @pytest.fixture
@@ -64,7 +51,7 @@ def relax_vm(mod):
 
 @pytest.fixture(scope="module")
 def reshape_vm():
-    mod = build([("x", [sym("n"), 6], "float32"), ("s", [3], "int64")],
+    mod = relax_main([("x", [sym("n"), 6], "float32"), ("s", [3], "int64")],
                 lambda bb, x, s: relax.op.reshape(x, bb.emit(relax.op.tensor_to_shape(s))))
     return Compiled(mod)
 
@@ -83,7 +70,7 @@ def test_reshape_to_a_runtime_shape(reshape_vm, device, on, n, target):
 
 @pytest.fixture(scope="module")
 def broadcast_exe():
-    mod = build([("x", [sym("a"), sym("b")], "float32"), ("s", [3], "int64")],
+    mod = relax_main([("x", [sym("a"), sym("b")], "float32"), ("s", [3], "int64")],
                 lambda bb, x, s: relax.op.broadcast_to(x, bb.emit(relax.op.tensor_to_shape(s))))
     return Compiled(mod)
 
@@ -100,7 +87,7 @@ def test_broadcast_to_a_runtime_shape(broadcast_exe, device, on, shape, target):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("target", [[2, 3], [0, 4], [1, 1]])
 def test_full_zeros_ones_of_a_runtime_shape(device, on, target):
-    mod = build([("v", [], "float32"), ("s", [2], "int64")], lambda bb, v, s: relax.Tuple([
+    mod = relax_main([("v", [], "float32"), ("s", [2], "int64")], lambda bb, v, s: relax.Tuple([
         relax.op.full(bb.emit(relax.op.tensor_to_shape(s)), v),
         relax.op.zeros(bb.emit(relax.op.tensor_to_shape(s)), "int32"),
         relax.op.ones(bb.emit(relax.op.tensor_to_shape(s)), "float32")]))
@@ -115,7 +102,7 @@ def test_full_zeros_ones_of_a_runtime_shape(device, on, target):
 
 @pytest.fixture(scope="module")
 def slice_exe():
-    return Compiled(build([("x", [sym("n"), sym("m")], "float32"), ("b", [2], "int64"), ("e", [2], "int64"),
+    return Compiled(relax_main([("x", [sym("n"), sym("m")], "float32"), ("b", [2], "int64"), ("e", [2], "int64"),
                            ("s", [2], "int64")],
                           lambda bb, x, b, e, s: relax.op.dynamic_strided_slice(x, b, e, s)))
 
@@ -139,7 +126,7 @@ def test_dynamic_strided_slice(slice_exe, device, on, shape, begin, end, strides
 
 @pytest.fixture(scope="module")
 def nonzero_exe():
-    mod = build([("x", [sym("n"), sym("m")], "float32")], lambda bb, x: relax.op.nonzero(x))
+    mod = relax_main([("x", [sym("n"), sym("m")], "float32")], lambda bb, x: relax.op.nonzero(x))
     return Compiled(mod)
 
 
@@ -157,7 +144,7 @@ def test_nonzero_reads_back_only_its_count(nonzero_exe, device, on, x):
 
 @pytest.fixture(scope="module")
 def unique_exe():
-    mod = build([("x", [sym("n")], "float32")], lambda bb, x: relax.op.unique(
+    mod = relax_main([("x", [sym("n")], "float32")], lambda bb, x: relax.op.unique(
         x, sorted=True, return_index=True, return_inverse=True, return_counts=True))
     return Compiled(mod)
 
@@ -195,7 +182,7 @@ def nms_exe():
             boxes, scores, max_out, iou, threshold, output_format="onnx"))
         return bb.emit(relax.TupleGetItem(result, 0))
 
-    mod = build([("boxes", [1, sym("n"), 4], "float32"), ("scores", [1, sym("c"), sym("n")], "float32"),
+    mod = relax_main([("boxes", [1, sym("n"), 4], "float32"), ("scores", [1, sym("c"), sym("n")], "float32"),
                  ("max_out", [1], "int64"), ("iou", [1], "float32"), ("threshold", [1], "float32")], body)
     return Compiled(mod)
 
@@ -224,7 +211,7 @@ def test_non_max_suppression_reads_back_only_values_and_count(nms_exe, device, o
 
 @pytest.fixture(scope="module")
 def topk_exe():
-    mod = build([("x", [sym("n"), sym("m")], "float32"), ("k", [1], "int64")],
+    mod = relax_main([("x", [sym("n"), sym("m")], "float32"), ("k", [1], "int64")],
                 lambda bb, x, k: relax.Tuple(list(ops.topk(bb, x, k, axis=1))))
     return Compiled(mod)
 
@@ -244,7 +231,7 @@ def test_topk_with_a_runtime_k(topk_exe, device, on, shape, k):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape, repeats", [((2, 3), [2, 1]), ((3,), [2, 2]), ((2, 2), [0, 3])])
 def test_tile_with_runtime_repeats(device, on, shape, repeats):
-    mod = build([("x", [sym("a")] + [sym("b")] * (len(shape) - 1), "float32"), ("r", [2], "int64")],
+    mod = relax_main([("x", [sym("a")] + [sym("b")] * (len(shape) - 1), "float32"), ("r", [2], "int64")],
                 lambda bb, x, r: ops.tile(bb, x, r))
     x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
     vm, got = run(mod, x, np.array(repeats, np.int64), device=device, on=on)
@@ -253,7 +240,7 @@ def test_tile_with_runtime_repeats(device, on, shape, repeats):
 
 @pytest.fixture(scope="module")
 def arange_exe():
-    mod = build([("start", [], "int64"), ("stop", [], "int64"), ("step", [], "int64")],
+    mod = relax_main([("start", [], "int64"), ("stop", [], "int64"), ("step", [], "int64")],
                 lambda bb, a, b, c: ops.arange(bb, a, b, c))
     return Compiled(mod)
 
@@ -268,7 +255,7 @@ def test_arange_with_runtime_bounds(arange_exe, device, on, start, stop, step):
 
 @pytest.fixture(scope="module")
 def resize_exe():
-    mod = build([("x", [1, 2, sym("h"), sym("w")], "float32"), ("size", [2], "int64")],
+    mod = relax_main([("x", [1, 2, sym("h"), sym("w")], "float32"), ("size", [2], "int64")],
                 lambda bb, x, s: ops.resize2d(bb, x, s, method="linear", coordinate_transformation_mode="half_pixel"))
     return Compiled(mod)
 
@@ -298,7 +285,7 @@ def test_resize_to_a_runtime_size(resize_exe, device, on, shape, size):
 
 @pytest.fixture(scope="module")
 def pad_exe():
-    mod = build([("x", [sym("a"), sym("b")], "float32"), ("pads", [4], "int64"), ("v", [], "float32")],
+    mod = relax_main([("x", [sym("a"), sym("b")], "float32"), ("pads", [4], "int64"), ("v", [], "float32")],
                 lambda bb, x, p, v: ops.pad(bb, x, p, v))
     return Compiled(mod)
 
@@ -326,7 +313,7 @@ def per_class_nonzero(classes):
             picked.append(keep)
         return relax.Tuple(picked)
 
-    return build([("scores", [sym("n"), classes], "float32")], body)
+    return relax_main([("scores", [sym("n"), classes], "float32")], body)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -343,7 +330,7 @@ def test_independent_counts_are_read_back_in_one_sync(device, on):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_repeated_data_dependent_ops_are_computed_once(device, on):
-    mod = build([("x", [sym("n")], "float32")],
+    mod = relax_main([("x", [sym("n")], "float32")],
                 lambda bb, x: relax.Tuple([bb.emit(relax.op.nonzero(x)), bb.emit(relax.op.nonzero(x))]))
     x = np.array([0, 1, 0, 2], np.float32)
     vm, (a, b) = run(mod, x, device=device, on=on)

@@ -11,27 +11,16 @@ import re
 
 import numpy as np
 import pytest
-import tvm
 from test_onnx_mask_head import detections, mask_head_model
-from tvm.script import relax as R
 
 import shapefn
+from conftest import ProfilingExample
 from shapefn import cuda_ptx
 from shapefn.frontend import from_onnx
 
 HOST_SUFFIX = "_host"  # what a GPU build names the host copy of a kernel
 NVCC_MISSING = "no nvcc (CUDA toolkit) on this machine: the device module keeps CUDA source"
 GPU_MISSING = "no CUDA GPU on this machine: the CUDA build is checked, not run"
-
-
-@tvm.script.ir_module
-class ProfilingExample:  # the README's
-    @R.function
-    def main(x: R.Tensor(("n", "m"), "float32"), offset: R.Tensor((2,), "int64")):
-        begin = R.add(offset, R.const(1, "int64"))
-        end = R.shape_to_tensor(R.shape_of(x))
-        y = R.dynamic_strided_slice(x, begin, end, R.ones(R.shape([2]), "int64"))
-        return R.nonzero(y)
 
 
 def profiling_example():

@@ -24,7 +24,7 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 
 import shapefn
-from conftest import opencl
+from conftest import ProfilingExample, opencl, relax_main, sym
 from shapefn import kernels, ops
 from shapefn.compiler import codegen, cpu_schedule, placement, schedule, target_schedule
 from shapefn.compiler.compile import lower
@@ -36,46 +36,22 @@ from shapefn.compiler.lower_dynamic import lower_dynamic_ops
 GPU_KINDS = ["cuda", "opencl"]
 
 
-def sym(name):
-    return tirx.Var(name, "int64")
-
-
-def module(params, body):
-    """``main(*params)`` whose body ``body(bb, *vars)`` returns the output."""
-    bb = relax.BlockBuilder()
-    vars_ = [relax.Var(name, relax.TensorType(shape, dtype)) for name, shape, dtype in params]
-    with bb.function("main", vars_):
-        bb.emit_func_output(body(bb, *vars_))
-    return bb.get()
-
-
 WEIGHT = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
 
 
 def elementwise():
-    return module([("x", [sym("n"), 8], "float32")], lambda bb, x: relax.op.add(
+    return relax_main([("x", [sym("n"), 8], "float32")], lambda bb, x: relax.op.add(
         relax.op.multiply(relax.op.exp(x), relax.const(2.0, "float32")), relax.const(1.0, "float32")))
 
 
 def matmul():
-    return module([("x", [sym("n"), 64], "float32")], lambda bb, x: relax.op.matmul(x, relax.const(WEIGHT)))
+    return relax_main([("x", [sym("n"), 64], "float32")], lambda bb, x: relax.op.matmul(x, relax.const(WEIGHT)))
 
 
 def reduction():
-    return module([("x", [sym("n"), 100], "float32")], lambda bb, x: relax.op.sum(x, axis=[1]))
+    return relax_main([("x", [sym("n"), 100], "float32")], lambda bb, x: relax.op.sum(x, axis=[1]))
 
 
-@tvm.script.ir_module
-class SliceNonzero:
-    """The README's profiling example: the slice's begin is computed on the
-    device, its end from the input's shape on the host."""
-
-    @R.function
-    def main(x: R.Tensor(("n", "m"), "float32"), offset: R.Tensor((2,), "int64")):
-        begin = R.add(offset, R.const(1, "int64"))
-        end = R.shape_to_tensor(R.shape_of(x))
-        y = R.dynamic_strided_slice(x, begin, end, R.ones(R.shape([2]), "int64"))
-        return R.nonzero(y)
 
 
 @tvm.script.ir_module
@@ -101,7 +77,7 @@ PROGRAMS = {
     "matmul": (matmul, lambda rng: [rng.standard_normal((7, 64)).astype(np.float32)], lambda x: x @ WEIGHT),
     "reduction": (reduction, lambda rng: [rng.standard_normal((3, 100)).astype(np.float32)],
                   lambda x: x.sum(axis=1)),
-    "slice_nonzero": (lambda: SliceNonzero,
+    "slice_nonzero": (lambda: ProfilingExample,
                       lambda rng: [rng.integers(-1, 2, (9, 12)).astype(np.float32), np.array([2, 4], np.int64)],
                       slice_nonzero_reference),
     "shared_kernel": (lambda: SharedKernel,
@@ -174,7 +150,7 @@ def test_device_kernels_are_device_code_and_host_kernels_host_code(name, kind):
 
 
 def test_readme_example_splits_shape_arithmetic_from_device_work():
-    exe = shapefn.compile(SliceNonzero, "opencl")
+    exe = shapefn.compile(ProfilingExample, "opencl")
     assert sorted(exe.kernel_names) == ["add", "shape_to_tensor_host", "shapefn_nonzero_2d_float32",
                                         "shapefn_strided_slice_2d_float32"]
     assert_device_and_host_code(exe, "opencl", {"shape_to_tensor_host"})
@@ -198,7 +174,7 @@ def test_programs_run_on_opencl(name, rng):
 def slice_to_the_end():
     """``x[0:INT64_MAX]`` (ONNX's "to the end"): TVM's simplifier overflowed
     on GPU schedules of its extent, ``min(INT64_MAX, n)``."""
-    return module([("x", [sym("n")], "float32")],
+    return relax_main([("x", [sym("n")], "float32")],
                   lambda bb, x: relax.op.strided_slice(x, axes=[0], begin=[0], end=[2**63 - 1]))
 
 
@@ -265,7 +241,7 @@ def test_single_thread_form_keeps_global_scratch_on_the_device(kind):
 @opencl
 def test_single_thread_kernels_run_on_opencl(without_gpu_forms, rng, caplog):
     with caplog.at_level(logging.WARNING, logger=target_schedule.__name__):
-        exe = shapefn.compile(SliceNonzero, "opencl")
+        exe = shapefn.compile(ProfilingExample, "opencl")
     assert "shapefn_nonzero_2d_float32" in caplog.text
     vm = shapefn.VirtualMachine(exe, "opencl")
     for shape in [(9, 12), (1, 1), (30, 7)]:
@@ -323,7 +299,7 @@ def test_kernel_form_picks_the_gpu_form_for_gpu_targets_only(fake_gpu_forms):
 
 def shape_nonzero():
     """nonzero of a shape value: all its inputs are on the host."""
-    return module([("x", [sym("n"), sym("m")], "float32")], lambda bb, x: relax.op.nonzero(
+    return relax_main([("x", [sym("n"), sym("m")], "float32")], lambda bb, x: relax.op.nonzero(
         bb.emit(relax.op.shape_to_tensor(bb.emit(relax.op.shape_of(x))))))
 
 
@@ -335,7 +311,7 @@ def test_gpu_form_on_host_values_runs_its_cpu_form_on_the_host(fake_gpu_forms):
 
 def test_gpu_form_on_device_values_is_kept_as_written(fake_gpu_forms):
     target = tvm.target.Target("opencl", host="llvm")
-    mod = module([("x", [sym("n"), sym("m")], "float32")], lambda bb, x: relax.op.nonzero(x))
+    mod = relax_main([("x", [sym("n"), sym("m")], "float32")], lambda bb, x: relax.op.nonzero(x))
     lowered = lower(lower_dynamic_ops(mod, gpu=True), target)
     scheduled = target_schedule.schedule({"k": lowered["shapefn_nonzero_2d_float32"]}, target)
     assert scheduled.single_thread == ()
@@ -351,7 +327,7 @@ def test_thread_bound_kernel_without_host_form_stays_on_the_device():
         shape = bb.emit(relax.op.shape_to_tensor(bb.emit(relax.op.shape_of(x))))
         return relax.op.scatter_nd(shape, relax.const(np.array([[1]]), "int64"), relax.const(np.array([7]), "int64"))
 
-    mod = module([("x", [sym("n"), sym("m")], "float32")], body)
+    mod = relax_main([("x", [sym("n"), sym("m")], "float32")], body)
     assert host_kernels(mod, "opencl") == {"shape_to_tensor_host"}
     exe = shapefn.compile(mod, "opencl")
     assert_device_and_host_code(exe, "opencl", {"shape_to_tensor_host"})
@@ -362,7 +338,7 @@ def test_topk_from_shapefn_ops_gets_its_gpu_form(fake_gpu_forms):
         values, indices = ops.topk(bb, x, k)
         return relax.Tuple([values, indices])
 
-    mod = module([("x", [sym("n"), 16], "float32"), ("k", [1], "int64")], body)
+    mod = relax_main([("x", [sym("n"), 16], "float32"), ("k", [1], "int64")], body)
     (name,) = [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)]
     assert not target_schedule.binds_threads(lower_dynamic_ops(mod, gpu=False)[name])
     gpu = lower_dynamic_ops(mod, gpu=True)[name]
@@ -374,7 +350,7 @@ def test_topk_from_shapefn_ops_gets_its_gpu_form(fake_gpu_forms):
 def test_legalization_sees_the_target():
     """TVM picks its GPU scatter_nd under a GPU target (it reads the target
     from the context), its CPU one otherwise."""
-    mod = module([("x", [8, 4], "float32"), ("i", [2, 1], "int64"), ("u", [2, 4], "float32")],
+    mod = relax_main([("x", [8, 4], "float32"), ("i", [2, 1], "int64"), ("u", [2, 4], "float32")],
                  lambda bb, x, i, u: relax.op.scatter_nd(x, i, u))
     for target, threads in [(None, False), (tvm.target.Target("cuda", host="llvm"), True)]:
         lowered = lower(mod, target)
@@ -401,7 +377,7 @@ def half_bound(a: T.handle, b: T.handle):
 
 @pytest.mark.parametrize("kind", GPU_KINDS)
 def test_kernel_calling_a_host_function_is_refused_by_name(kind):
-    mod = module([("x", [8], "float32")], lambda bb, x: relax.call_tir(
+    mod = relax_main([("x", [8], "float32")], lambda bb, x: relax.call_tir(
         bb.add_func(log_and_copy, "log_and_copy"), [x], relax.TensorType([8], "float32")))
     with pytest.raises(target_schedule.KernelPlacementError,
                        match=rf"kernel 'log_and_copy' cannot run on the {kind} device: .*'test.host_only'"):

@@ -21,6 +21,18 @@ from .tir_builder import arg, flat_view, i64, local, loops, sizes
 
 
 # --------------------------------------------------------------------------- nonzero
+def nonzero_params(shape, upper, dtype: str) -> tuple:
+    """Names the nonzero kernel being built and declares its parameters (the
+    GPU form's are the same): ``(data, out, count)``."""
+    T.func_name("nonzero")
+    return arg("data", shape, dtype), arg("out", [len(shape), upper], "int64"), arg("count", [1], "int64")
+
+
+def is_nonzero(value, dtype: str):
+    # A bool tested with != becomes an LLVM fcmp on i1 (invalid IR).
+    return value if dtype == "bool" else value != tirx.const(0, dtype)
+
+
 def nonzero(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
     """ONNX NonZero: ``(data, out, count)``; out int64 ``[ndim, upper]`` with
     ``upper >= numel``, count int64 ``[1]``.
@@ -32,27 +44,19 @@ def nonzero(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
     """
     shape = sizes("n", ndim)
     upper = tirx.Var("upper", "int64")
-
-    def is_nonzero(value):
-        # A bool tested with != becomes an LLVM fcmp on i1 (invalid IR).
-        return value if dtype == "bool" else value != tirx.const(0, dtype)
-
     with IRBuilder() as ib, T.prim_func():
-        T.func_name("nonzero")
-        data = arg("data", shape, dtype)
-        out = arg("out", [ndim, upper], "int64")
-        count = arg("count", [1], "int64")
+        data, out, count = nonzero_params(shape, upper, dtype)
         with T.Assert(upper >= math.prod(shape), "nonzero: out is smaller than data"):
             flat = flat_view(out, ndim * upper, "int64")
             total = local("int64", 0)
             with loops(shape) as idx:
-                with T.If(is_nonzero(data[tuple(idx)])):
+                with T.If(is_nonzero(data[tuple(idx)], dtype)):
                     with T.Then():
                         total[0] = total[0] + 1
             count[0] = total[0]
             j = local("int64", 0)
             with loops(shape) as idx:
-                with T.If(is_nonzero(data[tuple(idx)])):
+                with T.If(is_nonzero(data[tuple(idx)], dtype)):
                     with T.Then():
                         for r, i in enumerate(idx):
                             flat[r * total[0] + j[0]] = i

@@ -25,6 +25,24 @@ from .tir_builder import arg, i64, loops, sizes
 
 
 # --------------------------------------------------------------------------- topk
+def topk_sizes(ndim: int, axis: int) -> tuple:
+    """The top-k kernel's axis (made non-negative), the symbolic shapes of its
+    input and outputs (``k`` along the axis) and the row length and ``k``
+    (the GPU form's are the same): ``(axis, in_shape, out_shape, n, k)``."""
+    axis = axis % ndim
+    in_shape = sizes("n", ndim)
+    out_shape = list(in_shape)
+    out_shape[axis] = te.var("k", "int64")
+    return axis, in_shape, out_shape, in_shape[axis], out_shape[axis]
+
+
+def topk_params(in_shape, out_shape, dtype: str) -> tuple:
+    """Names the top-k kernel being built and declares its parameters (the
+    GPU form's are the same): ``(data, values, indices)``."""
+    T.func_name("topk")
+    return arg("data", in_shape, dtype), arg("values", out_shape, dtype), arg("indices", out_shape, "int64")
+
+
 def topk(ndim: int, axis: int, dtype: str = "float32", largest: bool = True,
          is_sorted: bool = True) -> tirx.PrimFunc:
     """ONNX TopK: ``(data, values, indices)``; ``k = values.shape[axis]``.
@@ -36,11 +54,7 @@ def topk(ndim: int, axis: int, dtype: str = "float32", largest: bool = True,
     O(n log k) per row, no scratch memory. NaNs are not ordered.
     """
     del is_sorted  # a sorted result satisfies both settings
-    axis = axis % ndim
-    in_shape = sizes("n", ndim)
-    out_shape = list(in_shape)
-    out_shape[axis] = te.var("k", "int64")
-    n, k = in_shape[axis], out_shape[axis]
+    axis, in_shape, out_shape, n, k = topk_sizes(ndim, axis)
     rows = [d for a, d in enumerate(in_shape) if a != axis]
 
     def comes_before(av, ai, bv, bi):
@@ -49,10 +63,7 @@ def topk(ndim: int, axis: int, dtype: str = "float32", largest: bool = True,
         return tirx.Or(wins, tirx.And(av == bv, ai < bi))
 
     with IRBuilder() as ib, T.prim_func():
-        T.func_name("topk")
-        data = arg("data", in_shape, dtype)
-        values = arg("values", out_shape, dtype)
-        indices = arg("indices", out_shape, "int64")
+        data, values, indices = topk_params(in_shape, out_shape, dtype)
         with loops(rows) as row:
             def at(i):
                 return tuple(row[:axis]) + (i,) + tuple(row[axis:])

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import math
 
-from tvm import te, tirx
+from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import scan
+from .dynamic import topk_params, topk_sizes
 from .gpu_builder import (
     ceil_log2,
     compare_exchange,
@@ -26,6 +27,7 @@ from .gpu_builder import (
     group_sort,
     launch,
     launch_per_element,
+    pair_swap,
     strided,
     unravel,
 )
@@ -55,19 +57,12 @@ def topk(ndim: int, axis: int, dtype: str = "float32", largest: bool = True,
     sort being unstable. NaNs are not ordered.
     """
     del is_sorted  # a sorted result satisfies both settings
-    axis = axis % ndim
-    in_shape = sizes("n", ndim)
-    out_shape = list(in_shape)
-    out_shape[axis] = te.var("k", "int64")
-    n, k = in_shape[axis], out_shape[axis]
+    axis, in_shape, out_shape, n, k = topk_sizes(ndim, axis)
     row_dims = [d for a, d in enumerate(in_shape) if a != axis]
     rows = math.prod(row_dims) if row_dims else i64(1)
 
     with IRBuilder() as ib, T.prim_func():
-        T.func_name("topk")
-        data = arg("data", in_shape, dtype)
-        values = arg("values", out_shape, dtype)
-        indices = arg("indices", out_shape, "int64")
+        data, values, indices = topk_params(in_shape, out_shape, dtype)
         scratch_size = tirx.max(rows * n, i64(1))
         keys = T.buffer_proxy(T.alloc_buffer((scratch_size,), dtype, scope="global"))
         ids = T.buffer_proxy(T.alloc_buffer((scratch_size,), "int64", scope="global"))
@@ -84,12 +79,7 @@ def topk(ndim: int, axis: int, dtype: str = "float32", largest: bool = True,
                 wins = kp > kq if largest else kp < kq
                 return tirx.Or(wins, tirx.And(kp == kq, ids[base + p] < ids[base + q]))
 
-            def swap(p, q):
-                key, index = T.bind(keys[base + p]), T.bind(ids[base + p])
-                keys[base + p] = keys[base + q]
-                ids[base + p] = ids[base + q]
-                keys[base + q] = key
-                ids[base + q] = index
+            swap = pair_swap(keys, ids, base)
 
             with strided(n, thread) as i:
                 keys[base + i] = data[at(i)]

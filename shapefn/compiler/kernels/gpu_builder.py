@@ -14,11 +14,12 @@ conditions computed alike by every thread), so no barrier is divergent.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from tvm import ir, tirx
 from tvm.script.ir_builder import tirx as T
 
+from .heap import Before, Swap
 from .tir_builder import i64, local
 
 # Work items per group: every OpenCL device we target allows 256, and the
@@ -175,9 +176,25 @@ def group_scan_array(source, dest, size, thread):
 
 # --------------------------------------------------------------------------- sorting
 # Positions compared and swapped by the caller's ``before(p, q)`` (whether
-# the element at p belongs before the one at q) and ``swap(p, q)``, int64.
-Before = Callable[[object, object], object]
-Swap = Callable[[object, object], None]
+# the element at p belongs before the one at q) and ``swap(p, q)``, int64
+# (the types of heap.py).
+
+
+def pair_swap(keys, ids, base=None) -> Swap:
+    """The ``swap`` of positions of two buffers sorted together, a key and
+    its index, position ``p`` at ``base + p`` of each."""
+
+    def at(p):
+        return p if base is None else base + p
+
+    def swap(p, q):
+        key, index = T.bind(keys[at(p)]), T.bind(ids[at(p)])
+        keys[at(p)] = keys[at(q)]
+        ids[at(p)] = ids[at(q)]
+        keys[at(q)] = key
+        ids[at(q)] = index
+
+    return swap
 
 
 def bitonic_pair(comparator, span_log, stride_log):

@@ -16,7 +16,7 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from .count import box_extents, nms_params, suppress_if_overlapping, unique_params
+from .count import box_extents, is_nonzero, nms_params, nonzero_params, suppress_if_overlapping, unique_params
 from .gpu_builder import (
     THREADS,
     bitonic_pair,
@@ -28,10 +28,11 @@ from .gpu_builder import (
     group_sort,
     launch,
     launch_per_element,
+    pair_swap,
     strided,
     unravel,
 )
-from .tir_builder import arg, flat_view, i64, local, sizes
+from .tir_builder import flat_view, i64, local, sizes
 
 # Consecutive elements per work item in a compaction tile: fewer scans and
 # tiles than one element each.
@@ -104,22 +105,15 @@ def nonzero(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
     shape = sizes("n", ndim)
     numel = math.prod(shape) if ndim else i64(1)
     upper = tirx.Var("upper", "int64")
-
-    def is_nonzero(value):
-        return value if dtype == "bool" else value != tirx.const(0, dtype)
-
     with IRBuilder() as ib, T.prim_func():
-        T.func_name("nonzero")
-        data = arg("data", shape, dtype)
-        out = arg("out", [ndim, upper], "int64")
-        count = arg("count", [1], "int64")
+        data, out, count = nonzero_params(shape, upper, dtype)
         with T.Assert(upper >= numel, "nonzero: out is smaller than data"):
             flat = flat_view(data, numel, dtype)
             out_flat = flat_view(out, ndim * upper, "int64")
             tile_counts = _tile_count_buffer(numel)
 
             def flag(f):
-                return is_nonzero(flat[f])
+                return is_nonzero(flat[f], dtype)
 
             def write(f, flagged, rank):
                 with T.If(flagged):
@@ -186,12 +180,7 @@ def unique(dtype: str = "float32", ndim: int = 1) -> tirx.PrimFunc:
             def before(p, q):
                 return tirx.Or(keys[p] < keys[q], tirx.And(keys[p] == keys[q], ids[p] < ids[q]))
 
-            def swap(p, q):
-                key, index = T.bind(keys[p]), T.bind(ids[p])
-                keys[p] = keys[q]
-                ids[p] = ids[q]
-                keys[q] = key
-                ids[q] = index
+            swap = pair_swap(keys, ids)
 
             _device_sort(before, swap, numel)
 
@@ -265,12 +254,7 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
                 sp, sq = keys[base + p], keys[base + q]
                 return tirx.Or(sp > sq, tirx.And(sp == sq, ids[base + p] < ids[base + q]))
 
-            def swap(p, q):
-                score, box = T.bind(keys[base + p]), T.bind(ids[base + p])
-                keys[base + p] = keys[base + q]
-                ids[base + p] = ids[base + q]
-                keys[base + q] = score
-                ids[base + q] = box
+            swap = pair_swap(keys, ids, base)
 
             group_sort(before, swap, candidates, thread)
             with strided(candidates, thread) as j:
