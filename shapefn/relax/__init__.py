@@ -1,0 +1,110 @@
+"""shapefn inside TVM's own VM: a Relax pipeline for ``tvm.compile`` whose
+result runs on an unmodified ``tvm.relax.VirtualMachine``.
+
+    ex = tvm.compile(mod, target="llvm", relax_pipeline=shapefn.relax.pipeline("llvm"))
+    vm = tvm.relax.VirtualMachine(ex, tvm.cpu())
+
+Data-dependent ops are lowered through shapefn's registry, as for shapefn's
+own VM, into calls of the builtins the C++ core registers with tvm-ffi
+(``csrc/relax/builtins.cc``): a shape function gets the shapes of the
+inputs its mask marks ``False`` and the values of the others only;
+count-sized ops (nonzero, unique, NMS, users' count-sized kernels) read back
+their counts alone, the independent counts of a phase in one sync
+(``schedule_reads``). Everything else goes through TVM's default pipeline
+for the target, unchanged.
+
+A GPU module from ``tvm.compile`` runs in the process that compiled it when
+shapefn's runtime for its device is loaded (OpenCL: ``import shapefn``); see
+``runnable``.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relax, tirx
+
+from ..compiler import target_schedule
+from ..compiler.legalize import legalize_map
+from ..compiler.lower_dynamic import lower_dynamic_ops
+from ..compiler.shape_calls import SHAPE_FUNC
+from .schedule_reads import ScheduleCountReads
+
+__all__ = ["pipeline", "LowerDataDependentOps", "ScheduleCountReads"]
+
+SHAPE_FUNC_PER_OP = "shapefn.shape_func_per_op"
+
+
+def pipeline(target, dependence: str = "per-input") -> tvm.transform.Pass:
+    """The Relax pipeline for ``tvm.compile(mod, target=target,
+    relax_pipeline=...)``: shapefn's lowering of data-dependent ops, then
+    TVM's default pipeline for ``target``. ``dependence="per-op"`` makes
+    every shape function read all its tensor inputs' values, as a per-op
+    declaration does (for comparison)."""
+    if dependence not in ("per-input", "per-op"):
+        raise ValueError(f"dependence must be 'per-input' or 'per-op', got {dependence!r}")
+    target = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
+    gpu = target_schedule.is_gpu(target)
+    return tvm.transform.Sequential([
+        LowerDataDependentOps(target, dependence),
+        ScheduleCountReads(),
+        # shapefn's legalizations where TVM's are wrong or slow with symbolic
+        # sizes (broadcast from a runtime 1, resize, concat, scatter); TVM's
+        # LegalizeOps in the default pipeline then legalizes the rest.
+        _in_target(target, relax.transform.LegalizeOps(customize_legalize_map=legalize_map(gpu))),
+        relax.get_default_pipeline(target),
+    ], name="shapefn.relax.pipeline")
+
+
+@tvm.transform.module_pass(opt_level=0, name="shapefn.LowerDataDependentOps")
+class LowerDataDependentOps:
+    """Data-dependent ops through shapefn's registry (``lower_dynamic``).
+    The kernels it adds are exported under their names; on a GPU target they
+    are scheduled as shapefn schedules its own (its GPU forms kept as written,
+    others given TVM's default GPU rules or, failing those, one thread) and
+    marked scheduled, so TVM's GPU rules leave them alone."""
+
+    def __init__(self, target: tvm.target.Target, dependence: str = "per-input"):
+        self.target = target
+        self.dependence = dependence
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        before = {gv.name_hint for gv in mod.functions}
+        gpu = target_schedule.is_gpu(self.target)
+        with self.target:
+            lowered = lower_dynamic_ops(mod, gpu)
+        added = {gv.name_hint: func for gv, func in lowered.functions.items()
+                 if gv.name_hint not in before and isinstance(func, tirx.PrimFunc)}
+        if gpu and added:
+            scheduled = target_schedule.schedule(added, self.target).module
+            added = {name: scheduled[name].without_attr("target").with_attr("tirx.is_scheduled", True)
+                     for name in added}
+        for name, func in added.items():
+            lowered[name] = func.with_attr("global_symbol", name)
+        if self.dependence == "per-op":
+            lowered = _per_op(lowered)
+        return lowered
+
+
+def _per_op(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with every shape-function call reading all its tensor inputs."""
+
+    @relax.expr_functor.mutator
+    class Rewrite(relax.PyExprMutator):
+        def visit_extern_func_(self, op: relax.ExternFunc) -> relax.Expr:
+            return relax.ExternFunc(SHAPE_FUNC_PER_OP) if op.global_symbol == SHAPE_FUNC else op
+
+    rewrite = Rewrite(mod)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            rewrite.builder_.update_func(gv, rewrite.visit_expr(func))
+    return rewrite.builder_.get()
+
+
+def _in_target(target: tvm.target.Target, inner: tvm.transform.Pass) -> tvm.transform.Pass:
+    """``inner`` run with ``target`` current (shapefn's legalizations read it)."""
+
+    @tvm.transform.module_pass(opt_level=0, name="shapefn.InTarget")
+    def run(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        with target:
+            return inner(mod)
+
+    return run
