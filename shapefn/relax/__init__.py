@@ -19,8 +19,13 @@ shapefn's runtime for its device is loaded (OpenCL: ``import shapefn``); see
 """
 from __future__ import annotations
 
+import importlib
+
 import tvm
+import tvm_ffi
 from tvm import relax, tirx
+
+from tvm.relax.pipeline import BackendDispatcher
 
 from ..compiler import target_schedule
 from ..compiler.legalize import legalize_map
@@ -28,7 +33,7 @@ from ..compiler.lower_dynamic import lower_dynamic_ops
 from ..compiler.shape_calls import SHAPE_FUNC
 from .schedule_reads import ScheduleCountReads
 
-__all__ = ["pipeline", "LowerDataDependentOps", "ScheduleCountReads"]
+__all__ = ["pipeline", "LowerDataDependentOps", "ScheduleCountReads", "WithoutSizeLimits"]
 
 SHAPE_FUNC_PER_OP = "shapefn.shape_func_per_op"
 
@@ -43,15 +48,49 @@ def pipeline(target, dependence: str = "per-input") -> tvm.transform.Pass:
         raise ValueError(f"dependence must be 'per-input' or 'per-op', got {dependence!r}")
     target = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
     gpu = target_schedule.is_gpu(target)
-    return tvm.transform.Sequential([
+    dispatch, legalize, dataflow_lower, finalize = _default_phases(target)
+    passes = [
         LowerDataDependentOps(target, dependence),
         ScheduleCountReads(),
         # shapefn's legalizations where TVM's are wrong or slow with symbolic
         # sizes (broadcast from a runtime 1, resize, concat, scatter); TVM's
-        # LegalizeOps in the default pipeline then legalizes the rest.
-        _in_target(target, relax.transform.LegalizeOps(customize_legalize_map=legalize_map(gpu))),
-        relax.get_default_pipeline(target),
-    ], name="shapefn.relax.pipeline")
+        # LegalizeOps then legalizes the rest.
+        relax.transform.LegalizeOps(customize_legalize_map=legalize_map(gpu)),
+        *dispatch(target),
+        *legalize(target),
+        WithoutSizeLimits,
+        *dataflow_lower(target),
+        *finalize(target),
+    ]
+
+    @tvm.transform.module_pass(opt_level=0, name="shapefn.relax.pipeline")
+    def run(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        with target:  # (legalizations and schedules read it)
+            return tvm.transform.Sequential(passes)(mod)
+
+    return run
+
+
+def _default_phases(target: tvm.target.Target) -> list:
+    """The four phases of TVM's default pipeline for ``target`` (library
+    dispatch, legalization, dataflow lowering, finalization), chosen as
+    ``relax.get_default_pipeline`` chooses its backend."""
+    kind = target.kind.name
+    if kind in ("cuda", "rocm"):
+        chosen = kind
+    elif kind == "metal":
+        chosen = "gpu_generic"
+    elif kind == "llvm":
+        chosen = "cpu_generic"
+    elif kind == "opencl" and "adreno" in target.keys:
+        chosen = "adreno"
+    elif BackendDispatcher.is_gpu_target(target):
+        chosen = "gpu_generic"
+    else:
+        raise ValueError(f"TVM has no default Relax pipeline for target {target}")
+    phases = importlib.import_module(f"tvm.relax.backend.{chosen}.pipeline")
+    return [phases.library_dispatch_passes, phases.legalize_passes, phases.dataflow_lower_passes,
+            phases.finalize_passes]
 
 
 @tvm.transform.module_pass(opt_level=0, name="shapefn.LowerDataDependentOps")
@@ -84,6 +123,29 @@ class LowerDataDependentOps:
         return lowered
 
 
+# No tensor has 2**62 elements along an axis.
+_UNBOUNDED = 1 << 62
+
+
+@tvm.transform.module_pass(opt_level=0, name="shapefn.WithoutSizeLimits")
+def WithoutSizeLimits(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - a pass
+    """``mod`` with ``min(x, c)`` written ``x`` where ``c`` is at least
+    2**62 (and ``max(x, c)`` where ``c`` is at most -2**62). Slices to the
+    end (ONNX's ``INT64_MAX`` ends) leave such sizes; TVM's memory planning
+    bounds a size by its constants and overflows int64 computing bytes.
+    Runs after legalization, which writes those sizes."""
+
+    def fold(node):
+        largest = isinstance(node, tirx.Min)
+        for keep, limit in ((node.b, node.a), (node.a, node.b)):
+            if isinstance(limit, tirx.IntImm) and (limit.value >= _UNBOUNDED if largest else limit.value <= -_UNBOUNDED):
+                return keep
+        return node
+
+    return tvm.IRModule({gv: tvm_ffi.structural_map(func, [((tirx.Min, tirx.Max), fold)])
+                         for gv, func in mod.functions.items()}, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
 def _per_op(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with every shape-function call reading all its tensor inputs."""
 
@@ -97,14 +159,3 @@ def _per_op(mod: tvm.IRModule) -> tvm.IRModule:
         if isinstance(func, relax.Function):
             rewrite.builder_.update_func(gv, rewrite.visit_expr(func))
     return rewrite.builder_.get()
-
-
-def _in_target(target: tvm.target.Target, inner: tvm.transform.Pass) -> tvm.transform.Pass:
-    """``inner`` run with ``target`` current (shapefn's legalizations read it)."""
-
-    @tvm.transform.module_pass(opt_level=0, name="shapefn.InTarget")
-    def run(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        with target:
-            return inner(mod)
-
-    return run
