@@ -12,8 +12,9 @@
 // * `shapefn.read_counts(*counts) -> Array<Shape>`: the counts count-sized
 //   kernels wrote (int64 tensors of one element), each as a one-dimensional
 //   shape, read back together: one sync for every count of a phase.
-// * `shapefn.view(tensor, shape) -> Tensor`: the leading bytes of an
-//   upper-bound output viewed with the exact shape its count gives.
+//
+// (Views of upper-bound outputs are TVM's own `R.memory.view`, which TVM's
+// memory planning knows aliases its input.)
 #include <dlpack/dlpack.h>
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/shape.h>
@@ -290,31 +291,6 @@ Array<Shape> ReadCounts(PackedArgs args) {
   return shapes;
 }
 
-// A view's "allocation": the viewed tensor's data, kept alive by the view.
-struct ViewOf {
-  Tensor base;
-  void AllocData(DLTensor* view) {
-    const DLTensor& t = *base.GetDLTensorPtr();
-    view->data = t.data;
-    view->byte_offset = t.byte_offset;
-  }
-  void FreeData(DLTensor*) {}
-};
-
-Tensor View(Tensor tensor, Shape shape) {
-  const DLTensor& t = *tensor.GetDLTensorPtr();
-  int64_t numel = 1;
-  for (int64_t d : shape) {
-    if (d < 0 || __builtin_mul_overflow(numel, d, &numel)) Fail(ErrorKind::kValue, "shapefn.view: a bad shape");
-  }
-  const size_t bytes = static_cast<size_t>(numel) * ((static_cast<size_t>(t.dtype.bits) * t.dtype.lanes + 7) / 8);
-  if (!Contiguous(t) || bytes > ByteSize(t)) {
-    Fail(ErrorKind::kValue, "shapefn.view: " + std::to_string(bytes) + " bytes asked of a tensor of " +
-                                std::to_string(ByteSize(t)));
-  }
-  return Tensor::FromNDAlloc(ViewOf{tensor}, shape, t.dtype, t.device);
-}
-
 template <typename F>
 auto Translated(F&& f) -> decltype(f()) {
   try {
@@ -334,8 +310,7 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def_packed("shapefn.shape_func_per_op",
                   [](PackedArgs args, Any* rv) { Translated([&] { ShapeFunc(args, rv, true); }); })
       .def_packed("shapefn.read_counts",
-                  [](PackedArgs args, Any* rv) { *rv = Translated([&] { return ReadCounts(args); }); })
-      .def("shapefn.view", [](Tensor tensor, Shape shape) { return Translated([&] { return View(tensor, shape); }); });
+                  [](PackedArgs args, Any* rv) { *rv = Translated([&] { return ReadCounts(args); }); });
 }
 
 }  // namespace shapefn::relax

@@ -30,12 +30,13 @@ from tvm.relax.pipeline import BackendDispatcher
 from ..compiler import target_schedule
 from ..compiler.legalize import legalize_map
 from ..compiler.lower_dynamic import lower_dynamic_ops
-from ..compiler.shape_calls import SHAPE_FUNC
+from ..compiler.shape_calls import SHAPE_FUNC, VIEW
 from .schedule_reads import ScheduleCountReads
 
 __all__ = ["pipeline", "LowerDataDependentOps", "ScheduleCountReads", "WithoutSizeLimits"]
 
 SHAPE_FUNC_PER_OP = "shapefn.shape_func_per_op"
+_CALL_PURE_PACKED = tvm.ir.Op.get("relax.call_pure_packed")
 
 
 def pipeline(target, dependence: str = "per-input") -> tvm.transform.Pass:
@@ -118,9 +119,7 @@ class LowerDataDependentOps:
                      for name in added}
         for name, func in added.items():
             lowered[name] = func.with_attr("global_symbol", name)
-        if self.dependence == "per-op":
-            lowered = _per_op(lowered)
-        return lowered
+        return _with_builtins(lowered, self.dependence)
 
 
 # No tensor has 2**62 elements along an axis.
@@ -146,13 +145,26 @@ def WithoutSizeLimits(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - a
                          for gv, func in mod.functions.items()}, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
-def _per_op(mod: tvm.IRModule) -> tvm.IRModule:
-    """``mod`` with every shape-function call reading all its tensor inputs."""
+def _with_builtins(mod: tvm.IRModule, dependence: str) -> tvm.IRModule:
+    """``mod`` with shapefn's Relax forms as TVM's VM runs them: a view of an
+    upper-bound output becomes ``R.memory.view`` (TVM's memory planning
+    knows it aliases its input, and keeps that storage while the view is
+    used); with ``dependence="per-op"``, shape functions read every tensor
+    input's value."""
+    shape_func = SHAPE_FUNC_PER_OP if dependence == "per-op" else SHAPE_FUNC
 
     @relax.expr_functor.mutator
     class Rewrite(relax.PyExprMutator):
-        def visit_extern_func_(self, op: relax.ExternFunc) -> relax.Expr:
-            return relax.ExternFunc(SHAPE_FUNC_PER_OP) if op.global_symbol == SHAPE_FUNC else op
+        def visit_call_(self, call: relax.Call) -> relax.Expr:
+            call = super().visit_call_(call)
+            if call.op != _CALL_PURE_PACKED or not isinstance(call.args[0], relax.ExternFunc):
+                return call
+            name = call.args[0].global_symbol
+            if name == VIEW:
+                return relax.op.memory.view(call.args[1], call.args[2])
+            if name == SHAPE_FUNC and shape_func != SHAPE_FUNC:
+                return relax.Call(call.op, [relax.ExternFunc(shape_func), *call.args[1:]], call.attrs, call.ty_args)
+            return call
 
     rewrite = Rewrite(mod)
     for gv, func in mod.functions.items():
