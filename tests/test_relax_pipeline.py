@@ -9,12 +9,10 @@ import pytest
 import tvm
 import tvm_ffi
 from tvm import relax, tirx
-from tvm.script import ir as I
-from tvm.script import relax as R
-
 import shapefn
 import shapefn.relax
 from conftest import opencl
+from shapefn.bench.relax_vm import PROGRAMS, as_numpy
 
 # (tvm target, TVM device, shapefn device)
 CPU = ("llvm", tvm.cpu, "host")
@@ -26,11 +24,6 @@ def _tvm_vm(mod: tvm.IRModule, target: str, device, pipeline="default"):
     return relax.VirtualMachine(tvm.compile(mod, target=target, relax_pipeline=pipeline), device(0))
 
 
-def _numpy(result) -> list:
-    items = result if isinstance(result, (list, tuple, tvm.ir.Array)) else [result]
-    return [np.asarray(item.numpy()) for item in items]
-
-
 def _run_tvm(vm, device, args):
     """Outputs and the device counters of one call (a warm-up call first)."""
     tensors = [tvm.runtime.tensor(a, device(0)) for a in args]
@@ -39,7 +32,7 @@ def _run_tvm(vm, device, args):
         shapefn.reset_device_counters("opencl")
     result = vm["main"](*tensors)
     counters = shapefn.device_counters("opencl") if device is tvm.opencl else None
-    return _numpy(result), counters
+    return as_numpy(result), counters
 
 
 def _run_shapefn(mod: tvm.IRModule, name: str, args):
@@ -49,63 +42,14 @@ def _run_shapefn(mod: tvm.IRModule, name: str, args):
         shapefn.reset_device_counters("opencl")
     result = vm(*args)
     counters = shapefn.device_counters("opencl") if name == "opencl" else None
-    return _numpy(result), counters
+    return as_numpy(result), counters
 
 
-@I.ir_module
-class Slice:
-    @R.function
-    def main(x: R.Tensor(("n", 8), "float32"), begin: R.Tensor((2,), "int64"), end: R.Tensor((2,), "int64"),
-             strides: R.Tensor((2,), "int64")):
-        return R.dynamic_strided_slice(x, begin, end, strides)
-
-
-@I.ir_module
-class NonZero:
-    @R.function
-    def main(x: R.Tensor(("n", "m"), "float32")):
-        return R.nonzero(R.greater(x, R.const(0.0, "float32")))
-
-
-@I.ir_module
-class Unique:
-    @R.function
-    def main(x: R.Tensor(("n",), "float32")):
-        return R.unique(x, sorted=True)
-
-
-@I.ir_module
-class TwoFilters:
-    """Two independent count-sized ops: their counts cross in one sync."""
-
-    @R.function
-    def main(x: R.Tensor(("n", "m"), "float32")):
-        above = R.nonzero(R.greater(x, R.const(0.5, "float32")))
-        below = R.nonzero(R.less(x, R.const(-0.5, "float32")))
-        return above, below
-
-
-@I.ir_module
-class ReshapeFromTensor:
-    @R.function
-    def main(x: R.Tensor(("n",), "float32"), shape: R.Tensor((2,), "int64")):
-        return R.reshape(x, R.tensor_to_shape(shape))
-
-
-def _slice_args(rng):
-    return [rng.standard_normal((10, 8)).astype("float32"), np.array([1, 0]), np.array([9, 8]), np.array([3, 2])]
-
-
-CASES = {
-    "strided_slice": (Slice, _slice_args, lambda x, b, e, s: [x[1:9:3, 0:8:2]]),
-    "nonzero": (NonZero, lambda rng: [rng.standard_normal((64, 48)).astype("float32")],
-                lambda x: [np.stack(np.nonzero(x > 0))]),
-    "unique": (Unique, lambda rng: [rng.integers(0, 40, 500).astype("float32")], lambda x: [np.unique(x)]),
-    "two_filters": (TwoFilters, lambda rng: [rng.standard_normal((64, 48)).astype("float32")],
-                    lambda x: [np.stack(np.nonzero(x > 0.5)), np.stack(np.nonzero(x < -0.5))]),
-    "reshape_from_tensor": (ReshapeFromTensor, lambda rng: [np.arange(24, dtype="float32"), np.array([4, 6])],
-                            lambda x, s: [x.reshape(4, 6)]),
-}
+# The programs of ``python -m shapefn.bench relax_vm``, at 10 rows (the
+# slice) or 64 rows of 64 columns.
+CASES = {name: (mod, lambda rng, make=make, rows=10 if name == "strided_slice" else 64: make(rng, rows), reference)
+         for name, (mod, make, reference) in PROGRAMS.items()}
+BYTES_IN = 64 * 64  # the bool mask nonzero's input is
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=["cpu", "opencl"])
@@ -140,12 +84,12 @@ def test_pipeline_copies_what_shapefn_vm_copies(case):
 @opencl
 @pytest.mark.parametrize("case, ours, tvm_default", [
     # The mask of nonzero's shape function reads nothing: only the count
-    # (8 bytes) crosses. TVM's default copies the whole bool input
-    # (64 x 48 bytes) to the host and runs numpy there.
-    ("nonzero", {"d2h_bytes": 8, "syncs": 1}, {"d2h_bytes": 64 * 48, "syncs": 1}),
-    ("unique", {"d2h_bytes": 8, "syncs": 1}, {"d2h_bytes": 500 * 4, "syncs": 1}),
+    # (8 bytes) crosses. TVM's default copies the whole input (the bool
+    # mask; unique's float32 values) to the host and runs numpy there.
+    ("nonzero", {"d2h_bytes": 8, "syncs": 1}, {"d2h_bytes": BYTES_IN, "syncs": 1}),
+    ("unique", {"d2h_bytes": 8, "syncs": 1}, {"d2h_bytes": 64 * 8 * 4, "syncs": 1}),
     # Two counts, one sync; TVM's default syncs for each whole copy.
-    ("two_filters", {"d2h_bytes": 16, "syncs": 1}, {"d2h_bytes": 2 * 64 * 48, "syncs": 2}),
+    ("two_filters", {"d2h_bytes": 16, "syncs": 1}, {"d2h_bytes": 2 * BYTES_IN, "syncs": 2}),
     # The target shape itself (2 x int64), in both.
     ("reshape_from_tensor", {"d2h_bytes": 16, "syncs": 1}, {"d2h_bytes": 16, "syncs": 1}),
 ])
@@ -163,16 +107,17 @@ def test_slice_parameters_are_read_and_nothing_else():
     """A slice whose begin/end/strides arrive on the device: the shape
     function reads those three (3 x 2 x 8 bytes) in one sync, never the
     data; per-op dependence copies the data too."""
-    args = _slice_args(np.random.default_rng(0))
-    _, per_input = _run_tvm(_tvm_vm(Slice, "opencl", tvm.opencl, shapefn.relax.pipeline("opencl")), tvm.opencl, args)
-    _, per_op = _run_tvm(_tvm_vm(Slice, "opencl", tvm.opencl, shapefn.relax.pipeline("opencl", "per-op")),
+    mod, make_args, _ = CASES["strided_slice"]
+    args = make_args(np.random.default_rng(0))
+    _, per_input = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl, shapefn.relax.pipeline("opencl")), tvm.opencl, args)
+    _, per_op = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl, shapefn.relax.pipeline("opencl", "per-op")),
                          tvm.opencl, args)
     assert (per_input["d2h_bytes"], per_input["syncs"]) == (48, 1)
-    assert (per_op["d2h_bytes"], per_op["syncs"]) == (48 + 10 * 8 * 4, 1)
+    assert (per_op["d2h_bytes"], per_op["syncs"]) == (48 + 10 * 64 * 4, 1)
 
 
 def test_count_reads_of_a_phase_are_one_call():
-    lowered = shapefn.relax.pipeline("llvm")(TwoFilters)
+    lowered = shapefn.relax.pipeline("llvm")(CASES["two_filters"][0])
     text = lowered.script(show_meta=False)
     assert text.count("shapefn.read_counts") == 1
     assert "vm.builtin.tensor_to_shape" not in text
@@ -215,7 +160,7 @@ def test_users_shape_function_and_kernel(target):
 
 
 def test_shape_function_errors_reach_the_caller():
-    vm = _tvm_vm(ReshapeFromTensor, "llvm", tvm.cpu, shapefn.relax.pipeline("llvm"))
+    vm = _tvm_vm(CASES["reshape_from_tensor"][0], "llvm", tvm.cpu, shapefn.relax.pipeline("llvm"))
     x = tvm.runtime.tensor(np.arange(24, dtype="float32"))
     with pytest.raises(ValueError, match="reshape"):
         vm["main"](x, tvm.runtime.tensor(np.array([5, 7])))
