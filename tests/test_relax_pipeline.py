@@ -4,6 +4,8 @@ the CPU and on the OpenCL device, and give the results of TVM's default
 pipeline (where it runs the program), of shapefn's VM and of numpy. On
 OpenCL every copy and sync goes through shapefn's runtime whichever VM
 makes it, so the three are compared copy for copy (``device_counters``)."""
+import pathlib
+
 import numpy as np
 import pytest
 import tvm
@@ -169,3 +171,12 @@ def test_shape_function_errors_reach_the_caller():
 def test_bad_dependence_is_refused():
     with pytest.raises(ValueError, match="dependence must be"):
         shapefn.relax.pipeline("llvm", dependence="sometimes")
+
+
+@opencl
+def test_readme_example_runs():
+    """The README's example (CPU and OpenCL), as a reader pastes it."""
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("### Using shapefn with TVM's VM", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "README.md", "exec"), {})
