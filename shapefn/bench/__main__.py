@@ -8,6 +8,7 @@ BENCHMARKS = {
     "vm_overhead": "shapefn.bench.vm_overhead",
     "compile": "shapefn.bench.compile_time",
     "report": "shapefn.bench.report",
+    "relax_vm": "shapefn.bench.relax_vm",
 }
 
 

@@ -1,0 +1,174 @@
+"""shapefn inside TVM's own VM: a Relax pipeline for ``tvm.compile`` whose
+result runs on an unmodified ``tvm.relax.VirtualMachine``.
+
+    ex = tvm.compile(mod, target="llvm", relax_pipeline=shapefn.relax.pipeline("llvm"))
+    vm = tvm.relax.VirtualMachine(ex, tvm.cpu())
+
+Data-dependent ops are lowered through shapefn's registry, as for shapefn's
+own VM, into calls of the builtins the C++ core registers with tvm-ffi
+(``csrc/relax/builtins.cc``): a shape function gets the shapes of the
+inputs its mask marks ``False`` and the values of the others only;
+count-sized ops (nonzero, unique, NMS, users' count-sized kernels) read back
+their counts alone, the independent counts of a phase in one sync
+(``schedule_reads``). Everything else goes through TVM's default pipeline
+for the target, unchanged.
+
+A GPU module from ``tvm.compile`` runs in the process that compiled it when
+shapefn's runtime for its device is loaded (OpenCL: ``import shapefn``); see
+``runnable``.
+"""
+from __future__ import annotations
+
+import importlib
+
+import tvm
+import tvm_ffi
+from tvm import relax, tirx
+from tvm.relax.pipeline import BackendDispatcher
+
+from ..compiler import target_schedule
+from ..compiler.legalize import legalize_map
+from ..compiler.lower_dynamic import lower_dynamic_ops
+from ..compiler.shape_calls import SHAPE_FUNC, VIEW
+from .schedule_reads import ScheduleCountReads
+
+__all__ = ["pipeline", "LowerDataDependentOps", "ScheduleCountReads", "WithoutSizeLimits"]
+
+SHAPE_FUNC_PER_OP = "shapefn.shape_func_per_op"
+_CALL_PURE_PACKED = tvm.ir.Op.get("relax.call_pure_packed")
+
+
+def pipeline(target, dependence: str = "per-input") -> tvm.transform.Pass:
+    """The Relax pipeline for ``tvm.compile(mod, target=target,
+    relax_pipeline=...)``: shapefn's lowering of data-dependent ops, then
+    TVM's default pipeline for ``target``. ``dependence="per-op"`` makes
+    every shape function read all its tensor inputs' values, as a per-op
+    declaration does (for comparison)."""
+    if dependence not in ("per-input", "per-op"):
+        raise ValueError(f"dependence must be 'per-input' or 'per-op', got {dependence!r}")
+    target = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
+    gpu = target_schedule.is_gpu(target)
+    dispatch, legalize, dataflow_lower, finalize = _default_phases(target)
+    passes = [
+        LowerDataDependentOps(target, dependence),
+        ScheduleCountReads(),
+        # shapefn's legalizations where TVM's are wrong or slow with symbolic
+        # sizes (broadcast from a runtime 1, resize, concat, scatter); TVM's
+        # LegalizeOps then legalizes the rest.
+        relax.transform.LegalizeOps(customize_legalize_map=legalize_map(gpu)),
+        *dispatch(target),
+        *legalize(target),
+        WithoutSizeLimits,
+        *dataflow_lower(target),
+        *finalize(target),
+    ]
+
+    @tvm.transform.module_pass(opt_level=0, name="shapefn.relax.pipeline")
+    def run(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        with target:  # (legalizations and schedules read it)
+            return tvm.transform.Sequential(passes)(mod)
+
+    return run
+
+
+def _default_phases(target: tvm.target.Target) -> list:
+    """The four phases of TVM's default pipeline for ``target`` (library
+    dispatch, legalization, dataflow lowering, finalization), chosen as
+    ``relax.get_default_pipeline`` chooses its backend."""
+    kind = target.kind.name
+    if kind in ("cuda", "rocm"):
+        chosen = kind
+    elif kind == "metal":
+        chosen = "gpu_generic"
+    elif kind == "llvm":
+        chosen = "cpu_generic"
+    elif kind == "opencl" and "adreno" in target.keys:
+        chosen = "adreno"
+    elif BackendDispatcher.is_gpu_target(target):
+        chosen = "gpu_generic"
+    else:
+        raise ValueError(f"TVM has no default Relax pipeline for target {target}")
+    phases = importlib.import_module(f"tvm.relax.backend.{chosen}.pipeline")
+    return [phases.library_dispatch_passes, phases.legalize_passes, phases.dataflow_lower_passes,
+            phases.finalize_passes]
+
+
+@tvm.transform.module_pass(opt_level=0, name="shapefn.LowerDataDependentOps")
+class LowerDataDependentOps:
+    """Data-dependent ops through shapefn's registry (``lower_dynamic``).
+    The kernels it adds are exported under their names; on a GPU target they
+    are scheduled as shapefn schedules its own (its GPU forms kept as written,
+    others given TVM's default GPU rules or, failing those, one thread) and
+    marked scheduled, so TVM's GPU rules leave them alone."""
+
+    def __init__(self, target: tvm.target.Target, dependence: str = "per-input"):
+        self.target = target
+        self.dependence = dependence
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        before = {gv.name_hint for gv in mod.functions}
+        gpu = target_schedule.is_gpu(self.target)
+        with self.target:
+            lowered = lower_dynamic_ops(mod, gpu)
+        added = {gv.name_hint: func for gv, func in lowered.functions.items()
+                 if gv.name_hint not in before and isinstance(func, tirx.PrimFunc)}
+        if gpu and added:
+            scheduled = target_schedule.schedule(added, self.target).module
+            added = {name: scheduled[name].without_attr("target").with_attr("tirx.is_scheduled", True)
+                     for name in added}
+        for name, func in added.items():
+            lowered[name] = func.with_attr("global_symbol", name)
+        return _with_builtins(lowered, self.dependence)
+
+
+# No tensor has 2**62 elements along an axis.
+_UNBOUNDED = 1 << 62
+
+
+@tvm.transform.module_pass(opt_level=0, name="shapefn.WithoutSizeLimits")
+def WithoutSizeLimits(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - a pass
+    """``mod`` with ``min(x, c)`` written ``x`` where ``c`` is at least
+    2**62 (and ``max(x, c)`` where ``c`` is at most -2**62). Slices to the
+    end (ONNX's ``INT64_MAX`` ends) leave such sizes; TVM's memory planning
+    bounds a size by its constants and overflows int64 computing bytes.
+    Runs after legalization, which writes those sizes."""
+
+    def fold(node):
+        largest = isinstance(node, tirx.Min)
+        for keep, limit in ((node.b, node.a), (node.a, node.b)):
+            if not isinstance(limit, tirx.IntImm):
+                continue
+            if (limit.value >= _UNBOUNDED) if largest else (limit.value <= -_UNBOUNDED):
+                return keep
+        return node
+
+    return tvm.IRModule({gv: tvm_ffi.structural_map(func, [((tirx.Min, tirx.Max), fold)])
+                         for gv, func in mod.functions.items()}, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
+def _with_builtins(mod: tvm.IRModule, dependence: str) -> tvm.IRModule:
+    """``mod`` with shapefn's Relax forms as TVM's VM runs them: a view of an
+    upper-bound output becomes ``R.memory.view`` (TVM's memory planning
+    knows it aliases its input, and keeps that storage while the view is
+    used); with ``dependence="per-op"``, shape functions read every tensor
+    input's value."""
+    shape_func = SHAPE_FUNC_PER_OP if dependence == "per-op" else SHAPE_FUNC
+
+    @relax.expr_functor.mutator
+    class Rewrite(relax.PyExprMutator):
+        def visit_call_(self, call: relax.Call) -> relax.Expr:
+            call = super().visit_call_(call)
+            if call.op != _CALL_PURE_PACKED or not isinstance(call.args[0], relax.ExternFunc):
+                return call
+            name = call.args[0].global_symbol
+            if name == VIEW:
+                return relax.op.memory.view(call.args[1], call.args[2])
+            if name == SHAPE_FUNC and shape_func != SHAPE_FUNC:
+                return relax.Call(call.op, [relax.ExternFunc(shape_func), *call.args[1:]], call.attrs, call.ty_args)
+            return call
+
+    rewrite = Rewrite(mod)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            rewrite.builder_.update_func(gv, rewrite.visit_expr(func))
+    return rewrite.builder_.get()

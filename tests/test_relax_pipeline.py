@@ -1,0 +1,188 @@
+"""shapefn inside TVM's own VM: programs compiled by ``tvm.compile`` with
+``shapefn.relax.pipeline`` run on an unmodified ``relax.VirtualMachine``, on
+the CPU and on the OpenCL device, and give the results of TVM's default
+pipeline (where it runs the program), of shapefn's VM and of numpy. On
+OpenCL every copy and sync goes through shapefn's runtime whichever VM
+makes it, so the three are compared copy for copy (``device_counters``)."""
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm import relax, tirx
+
+import shapefn
+import shapefn.relax
+from conftest import opencl
+from shapefn.bench.relax_vm import PROGRAMS, as_numpy
+
+# (tvm target, TVM device, shapefn device)
+CPU = ("llvm", tvm.cpu, "host")
+OPENCL = pytest.param(("opencl", tvm.opencl, "opencl"), marks=opencl)
+TARGETS = [CPU, OPENCL]
+
+
+def _tvm_vm(mod: tvm.IRModule, target: str, device, pipeline="default"):
+    return relax.VirtualMachine(tvm.compile(mod, target=target, relax_pipeline=pipeline), device(0))
+
+
+def _run_tvm(vm, device, args):
+    """Outputs and the device counters of one call (a warm-up call first)."""
+    tensors = [tvm.runtime.tensor(a, device(0)) for a in args]
+    vm["main"](*tensors)
+    if device is tvm.opencl:
+        shapefn.reset_device_counters("opencl")
+    result = vm["main"](*tensors)
+    counters = shapefn.device_counters("opencl") if device is tvm.opencl else None
+    return as_numpy(result), counters
+
+
+def _run_shapefn(mod: tvm.IRModule, name: str, args):
+    vm = shapefn.VirtualMachine(shapefn.compile(mod, name), name)
+    vm(*args)
+    if name == "opencl":
+        shapefn.reset_device_counters("opencl")
+    result = vm(*args)
+    counters = shapefn.device_counters("opencl") if name == "opencl" else None
+    return as_numpy(result), counters
+
+
+# The programs of ``python -m shapefn.bench relax_vm``, at 10 rows (the
+# slice) or 64 rows of 64 columns.
+CASES = {name: (mod, lambda rng, make=make, rows=10 if name == "strided_slice" else 64: make(rng, rows), reference)
+         for name, (mod, make, reference) in PROGRAMS.items()}
+BYTES_IN = 64 * 64  # the bool mask nonzero's input is
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["cpu", "opencl"])
+@pytest.mark.parametrize("case", CASES)
+def test_results_match_numpy_tvm_and_shapefn_vm(case, target):
+    mod, make_args, reference = CASES[case]
+    kind, device, name = target
+    args = make_args(np.random.default_rng(0))
+    expected = reference(*args)
+    ours, _ = _run_tvm(_tvm_vm(mod, kind, device, shapefn.relax.pipeline(kind)), device, args)
+    default, _ = _run_tvm(_tvm_vm(mod, kind, device), device, args)
+    vm, _ = _run_shapefn(mod, name, args)
+    for got in (ours, default, vm):
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            np.testing.assert_array_equal(g, e)
+
+
+# What crosses per call on the OpenCL device: shapefn's pipeline moves what
+# shapefn's VM moves, never more than TVM's default pipeline, and for the
+# count-sized ops a count where TVM copies the whole input.
+@opencl
+@pytest.mark.parametrize("case", CASES)
+def test_pipeline_copies_what_shapefn_vm_copies(case):
+    mod, make_args, _ = CASES[case]
+    args = make_args(np.random.default_rng(0))
+    _, ours = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl, shapefn.relax.pipeline("opencl")), tvm.opencl, args)
+    _, vm = _run_shapefn(mod, "opencl", args)
+    assert (ours["d2h_bytes"], ours["syncs"]) == (vm["d2h_bytes"], vm["syncs"])
+
+
+@opencl
+@pytest.mark.parametrize("case, ours, tvm_default", [
+    # The mask of nonzero's shape function reads nothing: only the count
+    # (8 bytes) crosses. TVM's default copies the whole input (the bool
+    # mask; unique's float32 values) to the host and runs numpy there.
+    ("nonzero", {"d2h_bytes": 8, "syncs": 1}, {"d2h_bytes": BYTES_IN, "syncs": 1}),
+    ("unique", {"d2h_bytes": 8, "syncs": 1}, {"d2h_bytes": 64 * 8 * 4, "syncs": 1}),
+    # Two counts, one sync; TVM's default syncs for each whole copy.
+    ("two_filters", {"d2h_bytes": 16, "syncs": 1}, {"d2h_bytes": 2 * BYTES_IN, "syncs": 2}),
+    # The target shape itself (2 x int64), in both.
+    ("reshape_from_tensor", {"d2h_bytes": 16, "syncs": 1}, {"d2h_bytes": 16, "syncs": 1}),
+])
+def test_exact_copies_against_tvm_default(case, ours, tvm_default):
+    mod, make_args, _ = CASES[case]
+    args = make_args(np.random.default_rng(0))
+    _, got = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl, shapefn.relax.pipeline("opencl")), tvm.opencl, args)
+    _, default = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl), tvm.opencl, args)
+    assert {k: got[k] for k in ours} == ours
+    assert {k: default[k] for k in tvm_default} == tvm_default
+
+
+@opencl
+def test_slice_parameters_are_read_and_nothing_else():
+    """A slice whose begin/end/strides arrive on the device: the shape
+    function reads those three (3 x 2 x 8 bytes) in one sync, never the
+    data; per-op dependence copies the data too."""
+    mod, make_args, _ = CASES["strided_slice"]
+    args = make_args(np.random.default_rng(0))
+    _, per_input = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl, shapefn.relax.pipeline("opencl")), tvm.opencl, args)
+    _, per_op = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl, shapefn.relax.pipeline("opencl", "per-op")),
+                         tvm.opencl, args)
+    assert (per_input["d2h_bytes"], per_input["syncs"]) == (48, 1)
+    assert (per_op["d2h_bytes"], per_op["syncs"]) == (48 + 10 * 64 * 4, 1)
+
+
+def test_count_reads_of_a_phase_are_one_call():
+    lowered = shapefn.relax.pipeline("llvm")(CASES["two_filters"][0])
+    text = lowered.script(show_meta=False)
+    assert text.count("shapefn.read_counts") == 1
+    assert "vm.builtin.tensor_to_shape" not in text
+
+
+@tvm_ffi.register_global_func("test.relax.first_rows", override=True)
+def _first_rows(data, k, out):
+    out.copyfrom(data.numpy()[: int(k.numpy()[0])])
+
+
+def _user_op_module():
+    shapefn.register_shape_func("test.relax.first_rows", [False, True], override=True,
+                                shape_func=lambda data, k: [k[0], data.shape[1]])
+    n = tirx.Var("n", "int64")
+    data = relax.Var("data", relax.TensorType([n, 3], "float32"))
+    k = relax.Var("k", relax.TensorType([1], "int64"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [data, k]):
+        doubled = bb.emit(relax.op.multiply(data, relax.const(2.0, "float32")))
+        rows = shapefn.emit_extern(bb, "test.relax.first_rows", [doubled, k], out_ndim=2, out_dtype="float32")
+        bb.emit_func_output(bb.emit(relax.op.add(rows, relax.const(1.0, "float32"))))
+    return bb.get()
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["cpu", "opencl"])
+def test_users_shape_function_and_kernel(target):
+    """A shape function registered from Python (compiled to host code by
+    TVM) and a kernel emitted with ``emit_extern`` run under TVM's VM as
+    under shapefn's."""
+    kind, device, name = target
+    data = np.arange(15, dtype=np.float32).reshape(5, 3)
+    mod = _user_op_module()
+    vm = _tvm_vm(mod, kind, device, shapefn.relax.pipeline(kind))
+    for rows in (2, 5, 0):
+        args = [data, np.array([rows], np.int64)]
+        (ours,), _ = _run_tvm(vm, device, args)
+        (theirs,), _ = _run_shapefn(mod, name, args)
+        np.testing.assert_array_equal(ours, 2 * data[:rows] + 1)
+        np.testing.assert_array_equal(theirs, ours)
+
+
+def test_shape_function_errors_reach_the_caller():
+    vm = _tvm_vm(CASES["reshape_from_tensor"][0], "llvm", tvm.cpu, shapefn.relax.pipeline("llvm"))
+    x = tvm.runtime.tensor(np.arange(24, dtype="float32"))
+    with pytest.raises(ValueError, match="reshape"):
+        vm["main"](x, tvm.runtime.tensor(np.array([5, 7])))
+
+
+def test_bad_dependence_is_refused():
+    with pytest.raises(ValueError, match="dependence must be"):
+        shapefn.relax.pipeline("llvm", dependence="sometimes")
+
+
+@opencl
+def test_readme_example_runs(tmp_path):
+    """The README's example (CPU and OpenCL), run as a reader would: from a
+    file of its own (TVMScript reads its source)."""
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("### Using shapefn with TVM's VM", 1)[1]
+    script = tmp_path / "example.py"
+    script.write_text(section.split("```python\n", 1)[1].split("```", 1)[0])
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
