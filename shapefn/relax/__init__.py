@@ -23,7 +23,7 @@ import importlib
 
 import tvm
 import tvm_ffi
-from tvm import relax, tirx
+from tvm import relax, s_tir, tirx
 from tvm.relax.pipeline import BackendDispatcher
 
 from ..compiler import target_schedule
@@ -32,7 +32,8 @@ from ..compiler.lower_dynamic import lower_dynamic_ops
 from ..compiler.shape_calls import SHAPE_FUNC, VIEW
 from .schedule_reads import ScheduleCountReads
 
-__all__ = ["pipeline", "LowerDataDependentOps", "ScheduleCountReads", "WithoutSizeLimits"]
+__all__ = ["pipeline", "ExportKernelsUnderTheirNames", "LowerDataDependentOps", "ScheduleCountReads",
+           "ScheduleShapefnKernels", "WithoutSizeLimits"]
 
 SHAPE_FUNC_PER_OP = "shapefn.shape_func_per_op"
 _CALL_PURE_PACKED = tvm.ir.Op.get("relax.call_pure_packed")
@@ -56,11 +57,14 @@ def pipeline(target, dependence: str = "per-input") -> tvm.transform.Pass:
         # sizes (broadcast from a runtime 1, resize, concat, scatter); TVM's
         # LegalizeOps then legalizes the rest.
         relax.transform.LegalizeOps(customize_legalize_map=legalize_map(gpu)),
+        ExportKernelsUnderTheirNames,
+        *([ScheduleShapefnKernels(target)] if gpu else []),
         *dispatch(target),
-        *legalize(target),
+        *[ScheduleShapefnKernels(target, every=True) if p.info.name == "ApplyDefaultSchedule" else p
+          for p in legalize(target)],
         WithoutSizeLimits,
         *dataflow_lower(target),
-        *finalize(target),
+        *[_planned_without_ifs(p) for p in finalize(target)],
     ]
 
     @tvm.transform.module_pass(opt_level=0, name="shapefn.relax.pipeline")
@@ -69,6 +73,32 @@ def pipeline(target, dependence: str = "per-input") -> tvm.transform.Pass:
             return tvm.transform.Sequential(passes)(mod)
 
     return run
+
+
+def _planned_without_ifs(phase: tvm.transform.Pass) -> tvm.transform.Pass:
+    """``phase``, except that TVM's static memory planning is skipped for a
+    module with an ``If``: it places the storage of a tensor with a symbolic
+    size where the size is first needed, which may be inside a branch, and
+    then reuses that storage after the ``If`` for a later tensor of the same
+    size, where the branch's storage does not exist (TVM's VM crashes in
+    ``StorageObj::AllocTensor``; SSD-lite's "no boxes" branch does this).
+    Without it TVM's VM takes each tensor from its pooled allocator."""
+    if phase.info.name != "StaticPlanBlockMemory":
+        return phase
+
+    @tvm.transform.module_pass(opt_level=0, name="shapefn.StaticPlanBlockMemoryWithoutIfs")
+    def plan(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        return mod if any(_has_if(f) for f in mod.functions.values()) else phase(mod)
+
+    return plan
+
+
+def _has_if(func) -> bool:
+    if not isinstance(func, relax.Function):
+        return False
+    found = []
+    relax.analysis.post_order_visit(func, lambda e: found.append(True) if isinstance(e, relax.If) else None)
+    return bool(found)
 
 
 def _default_phases(target: tvm.target.Target) -> list:
@@ -95,30 +125,68 @@ def _default_phases(target: tvm.target.Target) -> list:
 
 @tvm.transform.module_pass(opt_level=0, name="shapefn.LowerDataDependentOps")
 class LowerDataDependentOps:
-    """Data-dependent ops through shapefn's registry (``lower_dynamic``).
-    The kernels it adds are exported under their names; on a GPU target they
-    are scheduled as shapefn schedules its own (its GPU forms kept as written,
-    others given TVM's default GPU rules or, failing those, one thread) and
-    marked scheduled, so TVM's GPU rules leave them alone."""
+    """Data-dependent ops through shapefn's registry (``lower_dynamic``)."""
 
     def __init__(self, target: tvm.target.Target, dependence: str = "per-input"):
         self.target = target
         self.dependence = dependence
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        before = {gv.name_hint for gv in mod.functions}
-        gpu = target_schedule.is_gpu(self.target)
         with self.target:
-            lowered = lower_dynamic_ops(mod, gpu)
-        added = {gv.name_hint: func for gv, func in lowered.functions.items()
-                 if gv.name_hint not in before and isinstance(func, tirx.PrimFunc)}
-        if gpu and added:
-            scheduled = target_schedule.schedule(added, self.target).module
-            added = {name: scheduled[name].without_attr("target").with_attr("tirx.is_scheduled", True)
-                     for name in added}
-        for name, func in added.items():
-            lowered[name] = func.with_attr("global_symbol", name)
+            lowered = lower_dynamic_ops(mod, target_schedule.is_gpu(self.target))
         return _with_builtins(lowered, self.dependence)
+
+
+@tvm.transform.module_pass(opt_level=0, name="shapefn.ExportKernelsUnderTheirNames")
+def ExportKernelsUnderTheirNames(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - a pass
+    """Every kernel exported under its name in the module. shapefn's kernel
+    generators make TE and TIR functions whose symbol is a generic one
+    ("main", "resize2d"), which two kernels may share; TVM refuses a module
+    with duplicate symbols."""
+    out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)
+    for gv, func in mod.functions.items():
+        if isinstance(func, tirx.PrimFunc):
+            out[gv] = func.with_attr("global_symbol", gv.name_hint)
+    return out
+
+
+@tvm.transform.module_pass(opt_level=0, name="shapefn.ScheduleShapefnKernels")
+class ScheduleShapefnKernels:
+    """GPU kernels scheduled as shapefn's compiler schedules them
+    (``target_schedule``): kernels already bound to GPU threads (shapefn's
+    GPU forms) kept as written, the others given the first of TVM's default
+    GPU rules that applies (dlight's Matmul, GEMV, Reduction,
+    GeneralReduction, Fallback, as TVM's default pipeline applies them),
+    and a kernel no rule schedules run in one GPU thread; each is then
+    marked scheduled.
+
+    Before legalization it takes only the kernels TVM's rules cannot take
+    (shapefn's: thread-bound, or serial TIR without blocks); with
+    ``every=True`` it stands in for TVM's ``ApplyDefaultSchedule``, which
+    stops the compile when a rule asserts on a kernel it does not fit
+    (Faster R-CNN on OpenCL) where the next rule would schedule it."""
+
+    def __init__(self, target: tvm.target.Target, every: bool = False):
+        self.target = target
+        self.every = every
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        ours = {gv.name_hint: func for gv, func in mod.functions.items()
+                if isinstance(func, tirx.PrimFunc) and not _is_scheduled(func)
+                and (self.every or target_schedule.binds_threads(func)
+                     or not isinstance(func.body, s_tir.SBlockRealize))}
+        if not ours:
+            return mod
+        scheduled = target_schedule.schedule(ours, self.target).module
+        out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)
+        for name in ours:
+            # (exported under its name, as AttachGlobalSymbol would)
+            out[name] = scheduled[name].without_attr("target").with_attr("tirx.is_scheduled", True)
+        return out
+
+
+def _is_scheduled(func: tirx.PrimFunc) -> bool:
+    return func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False))
 
 
 # No tensor has 2**62 elements along an axis.

@@ -1,0 +1,86 @@
+"""torchvision's SSD-lite and Faster R-CNN (the weight-free graphs of
+tests/data, imported by ``shapefn.from_onnx``) compiled by ``tvm.compile``
+with ``shapefn.relax.pipeline`` and run by TVM's ``relax.VirtualMachine``,
+on the CPU and on the OpenCL device: detections match onnxruntime's, and on
+OpenCL only counts and shape values cross (TVM's own importer and default
+pipeline cannot run these models)."""
+import numpy as np
+import pytest
+import tvm
+from test_models import DATA, image, match_detections
+from tvm import relax
+
+import shapefn
+import shapefn.relax
+from conftest import opencl
+from shapefn.bench.models import materialize
+
+pytestmark = pytest.mark.model
+
+MODELS = ["ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn"]
+
+
+class Compiled:
+    """Each model imported once, compiled once per target."""
+
+    def __init__(self):
+        self.protos, self.vms = {}, {}
+
+    def proto(self, name):
+        if name not in self.protos:
+            self.protos[name] = materialize(DATA, name)
+        return self.protos[name]
+
+    def vm(self, name, target):
+        if (name, target) not in self.vms:
+            ex = tvm.compile(shapefn.from_onnx(self.proto(name)), target=target,
+                             relax_pipeline=shapefn.relax.pipeline(target))
+            self.vms[name, target] = relax.VirtualMachine(ex, tvm.cpu() if target == "llvm" else tvm.opencl())
+        return self.vms[name, target]
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return Compiled()
+
+
+def _reference(proto, x):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in proto.graph.output], session.run(None, {"image": x})))
+
+
+@pytest.mark.parametrize("target", ["llvm", pytest.param("opencl", marks=opencl)])
+@pytest.mark.parametrize("name", MODELS)
+def test_detections_match_onnxruntime_under_tvm_vm(compiled, name, target):
+    proto = compiled.proto(name)
+    vm = compiled.vm(name, target)
+    device = tvm.cpu() if target == "llvm" else tvm.opencl()
+    for size in [(320, 320), (256, 384)]:
+        x = image(size)
+        result = vm["main"](tvm.runtime.tensor(x, device))
+        names = [o.name for o in proto.graph.output]
+        got = dict(zip(names, (np.asarray(t.numpy()) for t in result)))
+        want = _reference(proto, x)
+        assert len(want["boxes"]) > 0
+        assert match_detections(got, want) == 0
+
+
+@opencl
+@pytest.mark.parametrize("name", MODELS)
+def test_only_counts_and_shape_values_cross(compiled, name):
+    """No tensor of data crosses to the host for a shape: every copy an
+    inference makes on the device is a count or a shape value (at most 8
+    int64s: a shape function's value input such as slice bounds or a target
+    shape). (TVM's VM runs integer shape arithmetic on the device, so it
+    waits once per such read: more often than shapefn's VM, which runs it on
+    the host.)"""
+    vm = compiled.vm(name, "opencl")
+    x = tvm.runtime.tensor(image((320, 320)), tvm.opencl())
+    vm["main"](x)
+    shapefn.reset_device_counters("opencl")
+    vm["main"](x)
+    counters = shapefn.device_counters("opencl")
+    assert counters["d2h_copies"] > 0
+    assert counters["d2h_bytes"] <= 64 * counters["d2h_copies"]
