@@ -332,3 +332,21 @@ def first_rows_op():
         return [k[0], data.shape[1]]
 
     return libs[cpu]
+
+
+def first_rows_module(kernel: str) -> tvm.IRModule:
+    """``main(data [n, 3], k [1])``: ``kernel`` (a tvm-ffi function writing
+    the first k rows of its input) emitted with ``shapefn.emit_extern``
+    between two elementwise kernels, with the shape function [k, 3]
+    registered for it (mask [False, True])."""
+    shapefn.register_shape_func(kernel, [False, True], override=True,
+                                shape_func=lambda data, k: [k[0], data.shape[1]])
+    n = tvm.tirx.Var("n", "int64")
+    data = relax.Var("data", relax.TensorType([n, 3], "float32"))
+    k = relax.Var("k", relax.TensorType([1], "int64"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [data, k]):
+        doubled = bb.emit(relax.op.multiply(data, relax.const(2.0, "float32")))
+        rows = shapefn.emit_extern(bb, kernel, [doubled, k], out_ndim=2, out_dtype="float32")
+        bb.emit_func_output(bb.emit(relax.op.add(rows, relax.const(1.0, "float32"))))
+    return bb.get()

@@ -5,10 +5,9 @@ the host's (host, sim), copies anywhere (OpenCL too)."""
 import numpy as np
 import pytest
 import tvm_ffi
-from tvm import relax, tirx
 
 import shapefn
-from conftest import DEVICES, opencl
+from conftest import DEVICES, first_rows_module, opencl
 
 kept = []
 
@@ -34,18 +33,7 @@ def first_rows_keeping(data, k, out):
 
 
 def program(kernel: str, device: str):
-    for name in ("test.extern.first_rows_numpy", "test.extern.first_rows_copies", "test.extern.first_rows_keeping"):
-        shapefn.register_shape_func(name, [False, True], override=True,
-                                    shape_func=lambda data, k: [k[0], data.shape[1]])
-    n = tirx.Var("n", "int64")
-    data = relax.Var("data", relax.TensorType([n, 3], "float32"))
-    k = relax.Var("k", relax.TensorType([1], "int64"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [data, k]):
-        doubled = bb.emit(relax.op.multiply(data, relax.const(2.0, "float32")))
-        rows = shapefn.emit_extern(bb, kernel, [doubled, k], out_ndim=2, out_dtype="float32")
-        bb.emit_func_output(bb.emit(relax.op.add(rows, relax.const(1.0, "float32"))))
-    return shapefn.VirtualMachine(shapefn.compile(bb.get(), device), device)
+    return shapefn.VirtualMachine(shapefn.compile(first_rows_module(kernel), device), device)
 
 
 @pytest.mark.parametrize("device", ["host", "sim"])

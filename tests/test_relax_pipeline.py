@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
-from tvm import relax, tirx
+from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
 
 import shapefn
 import shapefn.relax
-from conftest import opencl
+from conftest import first_rows_module, opencl
 from shapefn.bench.relax_vm import PROGRAMS, as_numpy
 
 # (tvm target, TVM device, shapefn device)
@@ -97,6 +99,9 @@ def test_pipeline_copies_what_shapefn_vm_copies(case):
     ("two_filters", {"d2h_bytes": 16, "syncs": 1}, {"d2h_bytes": 2 * BYTES_IN, "syncs": 2}),
     # The target shape itself (2 x int64), in both.
     ("reshape_from_tensor", {"d2h_bytes": 16, "syncs": 1}, {"d2h_bytes": 16, "syncs": 1}),
+    # Shape arithmetic runs on the host: nothing crosses, nothing waits;
+    # TVM's default runs it on the device and reads the target shape back.
+    ("shape_arithmetic", {"d2h_bytes": 0, "syncs": 0}, {"d2h_bytes": 16, "syncs": 1}),
 ])
 def test_exact_copies_against_tvm_default(case, ours, tvm_default):
     mod, make_args, _ = CASES[case]
@@ -133,20 +138,6 @@ def _first_rows(data, k, out):
     out.copyfrom(data.numpy()[: int(k.numpy()[0])])
 
 
-def _user_op_module():
-    shapefn.register_shape_func("test.relax.first_rows", [False, True], override=True,
-                                shape_func=lambda data, k: [k[0], data.shape[1]])
-    n = tirx.Var("n", "int64")
-    data = relax.Var("data", relax.TensorType([n, 3], "float32"))
-    k = relax.Var("k", relax.TensorType([1], "int64"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [data, k]):
-        doubled = bb.emit(relax.op.multiply(data, relax.const(2.0, "float32")))
-        rows = shapefn.emit_extern(bb, "test.relax.first_rows", [doubled, k], out_ndim=2, out_dtype="float32")
-        bb.emit_func_output(bb.emit(relax.op.add(rows, relax.const(1.0, "float32"))))
-    return bb.get()
-
-
 @pytest.mark.parametrize("target", TARGETS, ids=["cpu", "opencl"])
 def test_users_shape_function_and_kernel(target):
     """A shape function registered from Python (compiled to host code by
@@ -154,7 +145,7 @@ def test_users_shape_function_and_kernel(target):
     under shapefn's."""
     kind, device, name = target
     data = np.arange(15, dtype=np.float32).reshape(5, 3)
-    mod = _user_op_module()
+    mod = first_rows_module("test.relax.first_rows")
     vm = _tvm_vm(mod, kind, device, shapefn.relax.pipeline(kind))
     for rows in (2, 5, 0):
         args = [data, np.array([rows], np.int64)]
@@ -186,3 +177,33 @@ def test_readme_example_runs(tmp_path):
     script.write_text(section.split("```python\n", 1)[1].split("```", 1)[0])
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+@I.ir_module
+class BranchOnSize:
+    @R.function
+    def main(x: R.Tensor(("n",), "float32")):
+        size = R.shape_to_tensor(R.shape_of(x))
+        long = R.greater(R.take(size, R.const(0, "int64"), axis=0), R.const(4, "int64"))
+        if long:
+            out = R.multiply(x, R.const(2.0, "float32"))
+        else:
+            out = R.add(x, R.const(1.0, "float32"))
+        return out
+
+
+@opencl
+def test_a_condition_computed_from_a_shape_is_read_on_the_host():
+    """An If whose condition comes from a shape: the host computes it and
+    TVM's VM reads it there, with no copy and no wait; TVM's default
+    computes it on the device and reads it back."""
+    ours = _tvm_vm(BranchOnSize, "opencl", tvm.opencl, shapefn.relax.pipeline("opencl"))
+    default = _tvm_vm(BranchOnSize, "opencl", tvm.opencl)
+    for n in (3, 8):
+        x = np.arange(n, dtype="float32")
+        (got,), counted = _run_tvm(ours, tvm.opencl, [x])
+        np.testing.assert_array_equal(got, x * 2 if n > 4 else x + 1)
+        assert (counted["d2h_bytes"], counted["syncs"]) == (0, 0)
+        (theirs,), counted = _run_tvm(default, tvm.opencl, [x])
+        np.testing.assert_array_equal(theirs, got)
+        assert (counted["d2h_bytes"], counted["syncs"]) == (1, 1)

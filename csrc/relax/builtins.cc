@@ -12,6 +12,10 @@
 // * `shapefn.read_counts(*counts) -> Array<Shape>`: the counts count-sized
 //   kernels wrote (int64 tensors of one element), each as a one-dimensional
 //   shape, read back together: one sync for every count of a phase.
+// * `shapefn.upload(src, dst)`: a host tensor (shape arithmetic the host
+//   computed) copied into a device tensor of the same shape and type,
+//   enqueued without waiting (TVM's `vm.builtin.to_device` waits for the
+//   device after every copy).
 //
 // (Views of upper-bound outputs are TVM's own `R.memory.view`, which TVM's
 // memory planning knows aliases its input.)
@@ -24,6 +28,7 @@
 #include <tvm/ffi/reflection/registry.h>
 #include <tvm/runtime/device_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -299,6 +304,18 @@ Array<Shape> ReadCounts(PackedArgs args) {
   return shapes;
 }
 
+void Upload(DLTensor* src, DLTensor* dst) {
+  if (src->device.device_type != kDLCPU) Fail(ErrorKind::kValue, "shapefn.upload: the source is not a host tensor");
+  if (src->ndim != dst->ndim || src->dtype.code != dst->dtype.code || src->dtype.bits != dst->dtype.bits ||
+      src->dtype.lanes != dst->dtype.lanes || !std::equal(src->shape, src->shape + src->ndim, dst->shape)) {
+    Fail(ErrorKind::kValue, "shapefn.upload: source and destination differ in shape or type");
+  }
+  if (!Contiguous(*src) || !Contiguous(*dst)) Fail(ErrorKind::kValue, "shapefn.upload: a tensor is not contiguous");
+  if (ByteSize(*src) == 0) return;
+  const DLDevice device = dst->device.device_type == kDLCPU ? src->device : dst->device;
+  tvm::runtime::DeviceAPI::Get(device)->CopyDataFromTo(src, dst, nullptr);
+}
+
 template <typename F>
 auto Translated(F&& f) -> decltype(f()) {
   try {
@@ -318,7 +335,8 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def_packed("shapefn.shape_func_per_op",
                   [](PackedArgs args, Any* rv) { Translated([&] { ShapeFunc(args, rv, true); }); })
       .def_packed("shapefn.read_counts",
-                  [](PackedArgs args, Any* rv) { *rv = Translated([&] { return ReadCounts(args); }); });
+                  [](PackedArgs args, Any* rv) { *rv = Translated([&] { return ReadCounts(args); }); })
+      .def("shapefn.upload", [](DLTensor* src, DLTensor* dst) { Translated([&] { Upload(src, dst); }); });
 }
 
 }  // namespace shapefn::relax

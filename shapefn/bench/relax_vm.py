@@ -74,6 +74,22 @@ class ReshapeFromTensor:
         return R.reshape(x, R.tensor_to_shape(shape))
 
 
+@I.ir_module
+class ShapeArithmetic:
+    """ONNX's ``Shape -> Gather -> Mul/Div -> Concat -> Reshape``: integer
+    tensors computed from a shape, a target shape read from one, and a value
+    computed from the shape used by a kernel on the data."""
+
+    @R.function
+    def main(x: R.Tensor(("n", "m"), "float32")):
+        size = R.shape_to_tensor(R.shape_of(x))
+        rows = R.take(size, R.const([0], "int64"), axis=0)
+        cols = R.take(size, R.const([1], "int64"), axis=0)
+        target = R.concat([R.floor_divide(rows, R.const(2, "int64")), R.multiply(cols, R.const(2, "int64"))])
+        scaled = R.multiply(x, R.astype(cols, "float32"))
+        return R.reshape(scaled, R.tensor_to_shape(target)), target
+
+
 def _slice_args(rng, rows: int):
     return [rng.standard_normal((rows, 64)).astype("float32"), np.array([1, 0]), np.array([rows - 1, 64]),
             np.array([3, 2])]
@@ -91,6 +107,9 @@ PROGRAMS = {
     "reshape_from_tensor": (ReshapeFromTensor,
                             lambda rng, rows: [np.arange(rows * 64, dtype="float32"), np.array([rows, 64])],
                             lambda x, s: [x.reshape(*s)]),
+    "shape_arithmetic": (ShapeArithmetic, lambda rng, rows: [rng.standard_normal((rows, 64)).astype("float32")],
+                         lambda x: [(x * np.float32(x.shape[1])).reshape(x.shape[0] // 2, -1),
+                                    np.array([x.shape[0] // 2, 2 * x.shape[1]])]),
 }
 CONFIGURATIONS = ("tvm_default", "shapefn_pipeline", "shapefn_vm")
 _COUNTED = ("d2h_copies", "d2h_bytes", "syncs")

@@ -30,10 +30,11 @@ from ..compiler import target_schedule
 from ..compiler.legalize import legalize_map
 from ..compiler.lower_dynamic import lower_dynamic_ops
 from ..compiler.shape_calls import SHAPE_FUNC, VIEW
+from .host_shapes import PlaceShapeArithmeticOnHost
 from .schedule_reads import ScheduleCountReads
 
-__all__ = ["pipeline", "ExportKernelsUnderTheirNames", "LowerDataDependentOps", "ScheduleCountReads",
-           "ScheduleShapefnKernels", "WithoutSizeLimits"]
+__all__ = ["pipeline", "DeduplicateKernels", "ExportKernelsUnderTheirNames", "LowerDataDependentOps",
+           "PlaceShapeArithmeticOnHost", "ScheduleCountReads", "ScheduleShapefnKernels", "WithoutSizeLimits"]
 
 SHAPE_FUNC_PER_OP = "shapefn.shape_func_per_op"
 _CALL_PURE_PACKED = tvm.ir.Op.get("relax.call_pure_packed")
@@ -60,8 +61,8 @@ def pipeline(target, dependence: str = "per-input") -> tvm.transform.Pass:
         ExportKernelsUnderTheirNames,
         *([ScheduleShapefnKernels(target)] if gpu else []),
         *dispatch(target),
-        *[ScheduleShapefnKernels(target, every=True) if p.info.name == "ApplyDefaultSchedule" else p
-          for p in legalize(target)],
+        *[q for p in legalize(target) for q in _in_place_of_default_schedule(p, target)],
+        DeduplicateKernels,
         WithoutSizeLimits,
         *dataflow_lower(target),
         *[_planned_without_ifs(p) for p in finalize(target)],
@@ -73,6 +74,15 @@ def pipeline(target, dependence: str = "per-input") -> tvm.transform.Pass:
             return tvm.transform.Sequential(passes)(mod)
 
     return run
+
+
+def _in_place_of_default_schedule(phase: tvm.transform.Pass, target: tvm.target.Target) -> list:
+    """TVM's ``ApplyDefaultSchedule`` (run after fusion) becomes shapefn's
+    placement of shape arithmetic on the host, then shapefn's scheduling of
+    what stays on the device; every other pass is kept."""
+    if phase.info.name != "ApplyDefaultSchedule":
+        return [phase]
+    return [PlaceShapeArithmeticOnHost(target), ScheduleShapefnKernels(target, every=True)]
 
 
 def _planned_without_ifs(phase: tvm.transform.Pass) -> tvm.transform.Pass:
@@ -179,14 +189,50 @@ class ScheduleShapefnKernels:
             return mod
         scheduled = target_schedule.schedule(ours, self.target).module
         out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos)
-        for name in ours:
+        for name, func in ours.items():
             # (exported under its name, as AttachGlobalSymbol would)
-            out[name] = scheduled[name].without_attr("target").with_attr("tirx.is_scheduled", True)
+            done = scheduled[name].without_attr("target").with_attr("tirx.is_scheduled", True)
+            form = func.attrs.get(target_schedule.HOST_FORM) if func.attrs is not None else None
+            # (a GPU form keeps naming its CPU form, for a copy placed on the host)
+            out[name] = done if form is None else done.with_attr(target_schedule.HOST_FORM, form)
         return out
 
 
 def _is_scheduled(func: tirx.PrimFunc) -> bool:
     return func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False))
+
+
+@tvm.transform.module_pass(opt_level=0, name="shapefn.DeduplicateKernels")
+def DeduplicateKernels(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - a pass
+    """Each distinct kernel once: calls of a PrimFunc structurally equal to
+    an earlier one (but for its name) call the earlier one. Fusion makes a
+    kernel per call site, and a model repeats its layers (SSD-lite's 90
+    classes filter their scores alike); ``tvm.compile`` builds every kernel
+    of the module."""
+    first: dict = {}
+    same: dict = {}
+    for gv, func in mod.functions.items():
+        if isinstance(func, tirx.PrimFunc):
+            key = tvm_ffi.StructuralKey(func.without_attr("global_symbol"))
+            if key in first:
+                same[gv] = first[key]
+            else:
+                first[key] = gv
+    if not same:
+        return mod
+
+    @relax.expr_functor.mutator
+    class Rename(relax.PyExprMutator):
+        def visit_global_var_(self, gv: relax.GlobalVar) -> relax.Expr:
+            return same.get(gv, gv)
+
+    rename = Rename(mod)
+    out = tvm.IRModule({gv: f for gv, f in mod.functions.items() if gv not in same},
+                       attrs=mod.attrs, global_infos=mod.global_infos)
+    for gv, func in out.functions.items():
+        if isinstance(func, relax.Function):
+            out[gv] = rename.visit_expr(func)
+    return out
 
 
 # No tensor has 2**62 elements along an axis.
