@@ -245,8 +245,9 @@ class SliceNonzeroModel:
     """A compiled dynamic model with two data-dependent ops, for the
     concurrency and leak tests: ``main(x: f32[n, m], begin, end, strides:
     i64[2])`` returns ``(y, nonzero(y))`` with ``y = (2 * x)[begin:end:strides]``.
-    The slice's shape function reads the three bound tensors (copied from the
-    device), and nonzero's count is read back: every call syncs twice.
+    The slice's bounds arrive on the device, where a kernel computes its
+    extents, which are read back, and then nonzero's count: every call syncs
+    twice.
     Compiled for ``device`` ("sim" or "opencl")."""
 
     def __init__(self, device="sim"):

@@ -307,3 +307,24 @@ def test_broadcast_to_symbolic_dims_equal_to_one(broadcast_vm, x_shape, target):
     x = np.arange(np.prod(x_shape), dtype="float32").reshape(x_shape)
     y = broadcast_vm["main"](tvm.runtime.tensor(x), tvm_ffi.Shape(target)).numpy()
     np.testing.assert_array_equal(y, np.broadcast_to(x, target))
+
+
+def test_slice_extents_are_pythons_slice_lengths():
+    """The kernel computing a slice's shape where its bounds are (device
+    bounds: only these extents cross) against Python's ``slice.indices``,
+    with negative and out-of-range bounds, INT64_MIN strides and ends past
+    the edge; -1 marks a zero stride."""
+    from shapefn.compiler.kernels.slicing import slice_extents
+
+    run = tvm.compile(tvm.IRModule({"main": slice_extents(3)}), target="llvm")["main"]
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        dims, begin, end = rng.integers(0, 12, 3), rng.integers(-20, 20, 3), rng.integers(-20, 20, 3)
+        strides = rng.integers(-4, 5, 3)
+        end[rng.integers(0, 3)] = rng.choice([2**62, -2**62, 2**63 - 1])
+        strides[rng.integers(0, 3)] = rng.choice([-2**63, 1, -1])
+        out = tvm.runtime.tensor(np.zeros(3, "int64"))
+        run(*(tvm.runtime.tensor(np.asarray(v, "int64")) for v in (dims, begin, end, strides)), out)
+        want = [len(range(*slice(int(b), int(e), int(s)).indices(int(d)))) if s else -1
+                for d, b, e, s in zip(dims, begin, end, strides)]
+        assert out.numpy().tolist() == want, (dims, begin, end, strides)

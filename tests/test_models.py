@@ -114,7 +114,10 @@ def test_an_inference_moves_the_same_on_sim_and_opencl(compiled, name):
     assert counters["opencl"] == counters["sim"]
 
 
-@pytest.mark.parametrize("name", MODELS)
+# One model (the one with more kinds of kernels: RoI align, per-level NMS):
+# each CUDA build of a model takes minutes of nvcc on two cores, and the GPU
+# schedules of both models run on OpenCL above.
+@pytest.mark.parametrize("name", ["fasterrcnn_mobilenet_v3_large_320_fpn"])
 def test_cuda_build_has_every_device_kernel_and_the_sim_program(compiled, name):
     sim, cuda = compiled.executable(name, "sim"), compiled.executable(name, "cuda")
     assert_same_program(sim, cuda)

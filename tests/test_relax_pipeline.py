@@ -113,17 +113,32 @@ def test_exact_copies_against_tvm_default(case, ours, tvm_default):
 
 
 @opencl
-def test_slice_parameters_are_read_and_nothing_else():
-    """A slice whose begin/end/strides arrive on the device: the shape
-    function reads those three (3 x 2 x 8 bytes) in one sync, never the
-    data; per-op dependence copies the data too."""
+def test_a_slice_with_bounds_on_the_device_reads_its_extents_and_nothing_else():
+    """A slice whose begin/end/strides arrive on the device: a kernel there
+    computes the extents and only those cross (2 x 8 bytes, as TVM's
+    default, which also computes the shape on the device), never the data
+    nor the three bounds; per-op dependence copies the data too."""
     mod, make_args, _ = CASES["strided_slice"]
     args = make_args(np.random.default_rng(0))
     _, per_input = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl, shapefn.relax.pipeline("opencl")), tvm.opencl, args)
     _, per_op = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl, shapefn.relax.pipeline("opencl", "per-op")),
                          tvm.opencl, args)
-    assert (per_input["d2h_bytes"], per_input["syncs"]) == (48, 1)
-    assert (per_op["d2h_bytes"], per_op["syncs"]) == (48 + 10 * 64 * 4, 1)
+    _, default = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl), tvm.opencl, args)
+    assert (per_input["d2h_bytes"], per_input["syncs"]) == (16, 1) == (default["d2h_bytes"], default["syncs"])
+    assert (per_op["d2h_bytes"], per_op["syncs"]) == (16 + 10 * 64 * 4, 1)
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["cpu", "opencl"])
+def test_a_zero_stride_from_the_device_is_an_error_naming_it(target):
+    kind, device, name = target
+    mod, make_args, _ = CASES["strided_slice"]
+    x, begin, end, _ = make_args(np.random.default_rng(0))
+    args = [x, begin, end, np.array([1, 0])]
+    vm = _tvm_vm(mod, kind, device, shapefn.relax.pipeline(kind))
+    with pytest.raises(ValueError, match=r"dynamic_strided_slice.*strides\[1\] is 0"):
+        vm["main"](*[tvm.runtime.tensor(a, device(0)) for a in args])
+    with pytest.raises(ValueError, match=r"dynamic_strided_slice.*strides\[1\] is 0"):
+        shapefn.VirtualMachine(shapefn.compile(mod, name), name)(*args)
 
 
 def test_count_reads_of_a_phase_are_one_call():

@@ -67,5 +67,27 @@ void StridedSliceShape(const ShapeFuncInput* inputs, int num_inputs, const Shape
 SHAPEFN_BUILTIN(relax_dynamic_strided_slice, kOp, {"dyn.strided_slice"}, (std::vector<bool>{false, true, true, true}),
                 1, false, StridedSliceShape);
 
+// shapefn.slice_extents(data, extents): the output shape of a slice whose
+// begin/end/strides live on the device, computed there by the kernel
+// `slice_extents` (shapefn/compiler/kernels/slicing.py): only these extents
+// cross, not the three parameter vectors. The kernel writes -1 where a stride
+// is 0, reported here as the slice's error.
+void SliceExtentsShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
+  RequireInputs(num_inputs, 2, "shapefn.slice_extents");
+  const ShapeFuncInput& data = inputs[0];
+  ShapeVec& out = outputs[0];
+  ReadIntVector(inputs[1], kOp, "extents", &out);
+  if (out.size() != static_cast<size_t>(data.ndim)) {
+    FailOp(kOp, "the slice has " + std::to_string(out.size()) + " extents but data " + ShapeString(data) + " has " +
+                    std::to_string(data.ndim) + " dims");
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] < 0) FailOp(kOp, "strides[" + std::to_string(i) + "] is 0");
+  }
+}
+
+SHAPEFN_BUILTIN(shapefn_slice_extents, "shapefn.slice_extents", {}, (std::vector<bool>{false, true}), 1, false,
+                SliceExtentsShape);
+
 }  // namespace
 }  // namespace shapefn

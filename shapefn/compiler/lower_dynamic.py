@@ -23,13 +23,15 @@ from tvm import relax, tirx
 from .kernels import count as count_kernels
 from .kernels import dynamic as dynamic_kernels
 from .kernels.concat import sequential_concat
-from .kernels.slicing import strided_slice
+from .kernels.slicing import slice_extents, strided_slice
 from .shape_calls import emit_count, emit_shape, emit_view
 from .target_schedule import kernel_form
 
 _FROM_TENSOR_TO_SHAPE = {"relax.reshape", "relax.full", "relax.zeros", "relax.ones", "relax.broadcast_to",
                          "relax.image.resize2d"}
 
+
+_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
 _COUNT_SIZED = {"relax.nonzero", "relax.unique", "relax.vision.all_class_non_max_suppression"}
 _BROADCASTING = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.floor_divide",
@@ -67,6 +69,7 @@ class _Lowering(relax.PyExprMutator):
         self._gpu = gpu
         self._kernels: dict[str, relax.GlobalVar] = {}
         self._seen: list[dict] = [{}]  # per scope: count-sized call -> its lowered value
+        self._host_values: dict[int, bool] = {}  # var -> computed from shapes and constants alone
 
     def run(self) -> tvm.IRModule:
         for gv, func in self._mod.functions.items():
@@ -92,6 +95,25 @@ class _Lowering(relax.PyExprMutator):
         if isinstance(value, relax.Call) and getattr(value.op, "name", None) == "relax.tensor_to_shape":
             return value.args[0]
         return None
+
+    def _from_shapes(self, expr: relax.Expr) -> bool:
+        """Whether ``expr`` is computed from shapes and constants alone (so
+        placement keeps it on the host); parameters and kernels' results
+        may be on the device."""
+        if isinstance(expr, (relax.ShapeExpr, tvm.ir.GenericConst)) or isinstance(expr.ty, tvm.ir.PrimType):
+            return True
+        if not isinstance(expr, relax.Var):
+            return False
+        key = expr.__chandle__()
+        if key not in self._host_values:
+            self._host_values[key] = False  # (until shown otherwise)
+            value = self.lookup_binding(expr)
+            if isinstance(value, relax.Var):
+                self._host_values[key] = self._from_shapes(value)
+            elif isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op != _CALL_TIR:
+                self._host_values[key] = all(self._from_shapes(a) for a in value.args
+                                             if isinstance(a.ty, relax.TensorType))
+        return self._host_values[key]
 
     def visit_seq_expr_(self, seq: relax.SeqExpr) -> relax.Expr:
         self._seen.append({})
@@ -183,13 +205,26 @@ class _Lowering(relax.PyExprMutator):
         return relax.call_tir(kernel, tensors, relax.TensorType(dims, dtype))
 
     def _strided_slice(self, call: relax.Call) -> relax.Expr:
+        """The shape function reads begin/end/strides (ndim values each):
+        those shapes and constants give are on the host already. Where two
+        or three come from the device, a kernel there computes the extents
+        and the shape function reads those instead (ndim values: what TVM
+        reads, computing the shape on the device too)."""
         bb = self.builder_
         data, begin, end, strides = call.args
         ndim, dtype = _ndim(data), _dtype(data)
-        (dims,) = emit_shape(bb, "relax.dynamic_strided_slice", [data, begin, end, strides], [ndim],
-                             prefix="slice")
-        begin, strides = (v if _dtype(v) == "int64" else bb.emit(relax.op.astype(v, "int64"))
-                          for v in (begin, strides))
+        from_device = sum(not self._from_shapes(v) for v in (begin, end, strides))
+        read_parameters = data.ty.shape is None or from_device < 2
+        if read_parameters:
+            (dims,) = emit_shape(bb, "relax.dynamic_strided_slice", [data, begin, end, strides], [ndim],
+                                 prefix="slice")
+        begin, end, strides = (v if _dtype(v) == "int64" else bb.emit(relax.op.astype(v, "int64"))
+                               for v in (begin, end, strides))
+        if not read_parameters:
+            dims = bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr(list(data.ty.shape.values))))
+            extents = bb.emit(relax.call_tir(self._kernel(f"shapefn_slice_extents_{ndim}d", slice_extents(ndim)),
+                                             [dims, begin, end, strides], relax.TensorType([ndim], "int64")))
+            (dims,) = emit_shape(bb, "shapefn.slice_extents", [data, extents], [ndim], prefix="slice")
         kernel = self._kernel(f"shapefn_strided_slice_{ndim}d_{dtype}", strided_slice(ndim, dtype))
         return relax.call_tir(kernel, [data, begin, strides], relax.TensorType(dims, dtype))
 

@@ -30,7 +30,7 @@ from ..compiler import target_schedule
 from ..compiler.legalize import legalize_map
 from ..compiler.lower_dynamic import lower_dynamic_ops
 from ..compiler.shape_calls import SHAPE_FUNC, VIEW
-from .host_shapes import PlaceShapeArithmeticOnHost
+from .host_shapes import PlaceShapeArithmeticOnHost, StorageOnItsDevice
 from .schedule_reads import ScheduleCountReads
 
 __all__ = ["pipeline", "DeduplicateKernels", "ExportKernelsUnderTheirNames", "LowerDataDependentOps",
@@ -98,7 +98,7 @@ def _planned_without_ifs(phase: tvm.transform.Pass) -> tvm.transform.Pass:
 
     @tvm.transform.module_pass(opt_level=0, name="shapefn.StaticPlanBlockMemoryWithoutIfs")
     def plan(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        return mod if any(_has_if(f) for f in mod.functions.values()) else phase(mod)
+        return mod if any(_has_if(f) for f in mod.functions.values()) else StorageOnItsDevice(phase(mod))
 
     return plan
 

@@ -31,7 +31,7 @@ from ..compiler.shape_calls import SHAPE_FUNC
 from ..compiler.target_schedule import host_form, schedule
 from .schedule_reads import READ_COUNTS
 
-__all__ = ["PlaceShapeArithmeticOnHost", "HOST_SUFFIX"]
+__all__ = ["PlaceShapeArithmeticOnHost", "StorageOnItsDevice", "HOST_SUFFIX"]
 
 HOST_SUFFIX = "_host"
 # (csrc/relax/builtins.cc) A host tensor copied into a device tensor without
@@ -264,3 +264,47 @@ def _constant_kernel(value: np.ndarray) -> tirx.PrimFunc:
         return chosen
 
     return te.create_prim_func([te.compute(value.shape, element, name="out")])
+
+
+_ALLOC_STORAGE = tvm.ir.Op.get("relax.memory.alloc_storage")
+_ALLOC_TENSOR = tvm.ir.Op.get("relax.memory.alloc_tensor")
+
+
+@tvm.transform.module_pass(opt_level=0, name="shapefn.StorageOnItsDevice")
+def StorageOnItsDevice(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - a pass
+    """Runs after TVM's ``StaticPlanBlockMemory``, which pools storage by
+    scope and type but not by device: a device tensor may be placed in a
+    host tensor's storage of the same size (and the reverse). Such a tensor
+    gets storage of its own, of that size, on its device."""
+    fix = _OwnStorage(mod)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            fix.builder_.update_func(gv, fix.visit_expr(func))
+    return fix.builder_.get() if fix.fixed else mod
+
+
+@relax.expr_functor.mutator
+class _OwnStorage(relax.PyExprMutator):
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.fixed = False
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if call.op != _ALLOC_TENSOR or not isinstance(call.args[0], relax.Var):
+            return call
+        storage = self.lookup_binding(call.args[0])
+        if not (isinstance(storage, relax.Call) and storage.op == _ALLOC_STORAGE):
+            return call
+        size, device, scope, dtype = storage.args
+        if _index(device) == _index(call.args[4]):
+            return call
+        own = self.builder_.emit(relax.Call(_ALLOC_STORAGE, [size, call.args[4], scope, dtype], storage.attrs,
+                                            storage.ty_args), "storage")
+        self.fixed = True
+        return relax.Call(call.op, [own, *call.args[1:]], call.attrs, call.ty_args, call.span)
+
+
+def _index(expr) -> int:
+    value = expr.value if hasattr(expr, "value") else expr
+    return int(value.value if hasattr(value, "value") else value)

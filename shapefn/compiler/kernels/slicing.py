@@ -29,6 +29,33 @@ def strided_slice(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
     return te.create_prim_func([data, begin, strides, out])
 
 
+def slice_extents(ndim: int) -> tirx.PrimFunc:
+    """The shape of ``data[begin:end:strides]`` (``dims, begin, end, strides,
+    out``, int64 [ndim] each: dims is data's shape), computed as the shape
+    function ``relax.dynamic_strided_slice`` computes it, with -1 where a
+    stride is 0 (the shape function ``shapefn.slice_extents``, which reads
+    this output, reports it). Runs where begin/end/strides are: on the
+    device, only the ``ndim`` extents then cross."""
+    dims, begin, end, strides = (te.placeholder((ndim,), "int64", name=n) for n in ("dims", "begin", "end", "strides"))
+    zero, one = tirx.const(0, "int64"), tirx.const(1, "int64")
+
+    def extent(a):
+        dim, b, e, s = dims[a], begin[a], end[a], strides[a]
+        lower = tirx.Select(s < 0, -one, zero)
+        upper = tirx.Select(s < 0, dim - 1, dim)
+
+        def clip(index):
+            return tirx.Select(index < 0, tirx.max(index + dim, lower), tirx.min(index, upper))
+
+        span = tirx.Select(s > 0, clip(e) - clip(b), clip(b) - clip(e))
+        step = tirx.Select(s > 0, s, zero - s)  # (INT64_MIN wraps to itself: span - 1 < -step, one element)
+        count = tirx.Select(span <= 0, zero, tirx.truncdiv(span - 1, step) + 1)
+        return tirx.Select(s == 0, -one, count)
+
+    out = te.compute((ndim,), extent, name="out")
+    return te.create_prim_func([dims, begin, end, strides, out])
+
+
 def strided_slice_scalar(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
     """Like ``strided_slice`` with begin and strides passed as int64 scalars
     (``data, out, b0..b{n-1}, s0..s{n-1}``): parameters computed on the host
