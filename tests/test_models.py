@@ -1,22 +1,29 @@
 """torchvision's SSD-lite and Faster R-CNN (weight-free graphs from
 tests/data, materialized with a fixed seed), each compiled once for a strict
 sim and once for OpenCL and run at 320x320 and 256x384, against onnxruntime.
-Detections are matched as sets (random weights can tie scores). Each is
-also compiled for CUDA and checked as test_cuda_build.py checks its
-programs (no GPU here: built, not run)."""
+Detections are matched as sets (random weights can tie scores). Faster
+R-CNN is also compiled for CUDA and checked as test_cuda_build.py checks its
+programs (no GPU here: built, not run). Both also run on TVM's
+``relax.VirtualMachine``, compiled by ``tvm.compile`` with
+``shapefn.relax.pipeline`` for OpenCL (TVM's own importer and default
+pipeline cannot run them): detections match onnxruntime's, and an
+inference copies and waits exactly as under shapefn's VM."""
 import pathlib
 
 import numpy as np
 import onnxruntime as ort
 import pytest
+import tvm
 from test_cuda_build import (
     GPU_MISSING,
     assert_device_kernels_are_ptx,
     assert_runs_on_a_cuda_gpu_like_sim,
     assert_same_program,
 )
+from tvm import relax
 
 import shapefn
+import shapefn.relax
 from conftest import DEVICE_INDEPENDENT_COUNTERS, DEVICES, opencl
 from shapefn.bench.models import materialize
 from shapefn.frontend import from_onnx
@@ -74,6 +81,15 @@ class Compiled:
         exe = self.executable(name, device)
         return shapefn.VirtualMachine(exe, shapefn.sim(strict=True) if device == "sim" else device)
 
+    def tvm_vm(self, name):
+        """The model compiled by ``tvm.compile`` with ``shapefn.relax.pipeline``
+        for OpenCL, on TVM's ``relax.VirtualMachine``."""
+        if (name, "tvm") not in self.executables:
+            self.session(name)
+            self.executables[name, "tvm"] = tvm.compile(from_onnx(self.protos[name]), target="opencl",
+                                                        relax_pipeline=shapefn.relax.pipeline("opencl"))
+        return relax.VirtualMachine(self.executables[name, "tvm"], tvm.opencl())
+
 
 @pytest.fixture(scope="module")
 def compiled():
@@ -130,3 +146,41 @@ def test_cuda_build_runs_on_a_gpu_like_sim(compiled, name):
         pytest.skip(GPU_MISSING)
     assert_runs_on_a_cuda_gpu_like_sim(compiled.executable(name, "sim"), compiled.executable(name, "cuda"),
                                        [(image(SIZES[0]),)])
+
+
+def _counted(run) -> dict:
+    """What the second of two calls of ``run`` moves and waits for on the device."""
+    run()
+    shapefn.reset_device_counters("opencl")
+    run()
+    counters = shapefn.device_counters("opencl")
+    return {key: counters[key] for key in ("d2h_copies", "d2h_bytes", "syncs")}
+
+
+@opencl
+@pytest.mark.parametrize("name", MODELS)
+def test_detections_match_onnxruntime_under_tvm_vm(compiled, name):
+    session, names = compiled.session(name)
+    vm = compiled.tvm_vm(name)
+    for size in SIZES:
+        x = image(size)
+        got = dict(zip(names, (np.asarray(t.numpy()) for t in vm["main"](tvm.runtime.tensor(x, tvm.opencl())))))
+        want = dict(zip(names, session.run(None, {"image": x})))
+        assert len(want["boxes"]) > 0
+        assert match_detections(got, want) == 0
+
+
+@opencl
+@pytest.mark.parametrize("name", MODELS)
+def test_tvm_vm_copies_and_waits_as_shapefn_vm(compiled, name):
+    """Under TVM's VM with shapefn's pipeline an inference copies to the
+    host exactly what shapefn's VM copies (counts and shape values, never a
+    tensor of data: at most 8 int64s per copy) and waits as often: shape
+    arithmetic runs on the host in both."""
+    x = image(SIZES[0])
+    vm, on_device = compiled.tvm_vm(name), tvm.runtime.tensor(x, tvm.opencl())
+    ours = _counted(lambda: vm["main"](on_device))
+    theirs = compiled.vm(name, "opencl")
+    assert ours == _counted(lambda: theirs(x))
+    assert ours["syncs"] == SYNCS[name]
+    assert 0 < ours["d2h_bytes"] <= 64 * ours["d2h_copies"]

@@ -80,12 +80,14 @@ def test_results_match_numpy_tvm_and_shapefn_vm(case, target):
 # count-sized ops a count where TVM copies the whole input.
 @opencl
 @pytest.mark.parametrize("case", CASES)
-def test_pipeline_copies_what_shapefn_vm_copies(case):
+def test_pipeline_copies_what_shapefn_vm_copies_and_never_more_than_tvm_default(case):
     mod, make_args, _ = CASES[case]
     args = make_args(np.random.default_rng(0))
     _, ours = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl, shapefn.relax.pipeline("opencl")), tvm.opencl, args)
     _, vm = _run_shapefn(mod, "opencl", args)
+    _, default = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl), tvm.opencl, args)
     assert (ours["d2h_bytes"], ours["syncs"]) == (vm["d2h_bytes"], vm["syncs"])
+    assert ours["d2h_bytes"] <= default["d2h_bytes"] and ours["syncs"] <= default["syncs"]
 
 
 @opencl

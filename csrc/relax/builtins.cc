@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "registry/compiled_shape_func.h"
 #include "shapefn/error.h"
 #include "shapefn/registry.h"
 #include "shapefn/tensor.h"
@@ -51,10 +52,6 @@ using tvm::ffi::PackedArgs;
 using tvm::ffi::Shape;
 using tvm::ffi::String;
 using tvm::ffi::Tensor;
-
-// Shape-only inputs of a TVM-compiled shape function get this as their data
-// pointer: never read, but TVM's argument checks want non-null.
-alignas(64) int64_t kNeverRead[8] = {0};
 
 // Raised as the tvm-ffi error of the same kind, which the caller's VM passes
 // on (to Python as ValueError, TypeError, ...).
@@ -128,74 +125,25 @@ class HostCopies {
   std::vector<DLDevice> devices_;
 };
 
-// The TVM-compiled form of a Python shape function for one input signature
-// (dtype and rank of each input), built on first use and kept.
-struct Compiled {
-  tvm::ffi::Function fn;
-  std::vector<int64_t> out_ndims;
-};
-
-const Compiled& CompiledFor(const ShapeFuncEntry& entry, const ShapeFuncInput* inputs, int n) {
+// The TVM-compiled form of a Python shape function for one input signature,
+// built on first use and kept.
+const CompiledShapeFunc& CompiledFor(const ShapeFuncEntry& entry, const ShapeFuncInput* inputs, int n) {
   static std::mutex mutex;
-  static std::map<std::pair<std::string, std::string>, Compiled> cache;
-  std::string signature;
-  for (int i = 0; i < n; ++i) {
-    if (i) signature += ",";
-    signature += DTypeToString(inputs[i].dtype) + ":" + std::to_string(inputs[i].ndim);
-  }
+  static std::map<std::pair<std::string, std::vector<uint64_t>>, CompiledShapeFunc> cache;
+  std::vector<uint64_t> signature;
+  ShapeFuncSignature(inputs, n, &signature);
   std::lock_guard<std::mutex> lock(mutex);
-  auto key = std::make_pair(entry.name, signature);
+  auto key = std::make_pair(entry.name, std::move(signature));
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  Compiled compiled;
-  try {
-    auto result = entry.compiler(String(signature)).cast<Array<Any>>();
-    compiled.fn = result[0].cast<tvm::ffi::Function>();
-    for (size_t j = 1; j < result.size(); ++j) compiled.out_ndims.push_back(result[j].cast<int64_t>());
-  } catch (const tvm::ffi::Error& e) {
-    Fail(ErrorKind::kRuntime, "compiling the shape function of '" + entry.name + "' for (" + signature +
-                                  ") failed: " + e.kind() + ": " + e.message());
-  }
-  return cache.emplace(std::move(key), std::move(compiled)).first->second;
+  return cache.emplace(std::move(key), CompileShapeFunc(entry, inputs, n)).first->second;
 }
 
 void CallCompiled(const ShapeFuncEntry& entry, const ShapeFuncInput* inputs, int n, std::vector<ShapeVec>* results) {
-  const Compiled& compiled = CompiledFor(entry, inputs, n);
-  if (compiled.out_ndims.size() != results->size()) {
-    Fail(ErrorKind::kValue, "shape function of '" + entry.name + "' returns " +
-                                std::to_string(compiled.out_ndims.size()) + " shapes, the program expects " +
-                                std::to_string(results->size()));
-  }
-  const size_t n_out = results->size();
-  std::vector<DLTensor> tensors(static_cast<size_t>(n) + n_out);
-  for (int i = 0; i < n; ++i) {
-    const ShapeFuncInput& input = inputs[i];
-    tensors[static_cast<size_t>(i)] =
-        input.value != nullptr
-            ? *input.value
-            : DLTensor{
-                  kNeverRead, DLDevice{kDLCPU, 0}, input.ndim, input.dtype, const_cast<int64_t*>(input.shape), nullptr,
-                  0};
-  }
-  for (size_t j = 0; j < n_out; ++j) {
-    ShapeVec& shape = (*results)[j];
-    shape.assign(static_cast<size_t>(compiled.out_ndims[j]), 0);
-    tensors[static_cast<size_t>(n) + j] = DLTensor{shape.data(),
-                                                   DLDevice{kDLCPU, 0},
-                                                   1,
-                                                   DLDataType{kDLInt, 64, 1},
-                                                   const_cast<int64_t*>(&compiled.out_ndims[j]),
-                                                   nullptr,
-                                                   0};
-  }
-  std::vector<AnyView> args;
-  for (DLTensor& t : tensors) args.emplace_back(&t);
-  Any rv;
-  try {
-    compiled.fn.CallPacked(args.data(), static_cast<int32_t>(args.size()), &rv);
-  } catch (const tvm::ffi::Error& e) {
-    Fail(ErrorKind::kRuntime, "shape function of '" + entry.name + "' failed: " + e.kind() + ": " + e.message());
-  }
+  const CompiledShapeFunc& compiled = CompiledFor(entry, inputs, n);
+  CompiledShapeFuncCall call;
+  call.Prepare(entry, compiled, inputs, n, static_cast<int>(results->size()), results->data());
+  call.Invoke(entry, compiled);
 }
 
 Shape CheckedShape(const ShapeFuncEntry& entry, size_t j, const ShapeVec& shape) {

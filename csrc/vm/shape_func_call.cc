@@ -14,13 +14,6 @@
 #include "vm/vm_impl.h"
 
 namespace shapefn {
-namespace {
-
-// Shape-only inputs of a TVM-compiled shape function get this as their data
-// pointer: verified never to be read, but TVM's argument checks want non-null.
-alignas(64) int64_t kNeverRead[8] = {0};
-
-}  // namespace
 
 void VirtualMachine::Impl::ExecInvokeShapeFunc(const Instruction& ins, std::vector<Value>& regs) {
   // This runs once per dynamic op: the common case (shapes of tensors in,
@@ -150,84 +143,32 @@ void VirtualMachine::Impl::CallCompiledShapeFunc(size_t sf, int n_in, int n_out,
   const ShapeFuncEntry& entry = *shape_funcs_[sf];
   ShapeFuncScratch& scratch = shape_func_scratch_;
   const ShapeFuncInput* inputs = scratch.inputs.data();
-  // The input signature (dtype and rank of each input) as numbers: found in
-  // the cache without building its text, which only a compile needs.
-  std::vector<uint64_t>& key = scratch.signature;
-  key.clear();
-  for (int i = 0; i < n_in; ++i) {
-    key.push_back(static_cast<uint64_t>(EncodeDType(inputs[i].dtype)) | (static_cast<uint64_t>(inputs[i].ndim) << 32));
-  }
+  // Found in the cache by the signature's numbers: its text is built only
+  // for a compile.
+  ShapeFuncSignature(inputs, n_in, &scratch.signature);
   std::vector<CompiledShapeFunc>& cache = compiled_[sf];
   const CompiledShapeFunc* compiled = nullptr;
   for (const CompiledShapeFunc& c : cache) {
-    if (c.signature == key) {
+    if (c.signature == scratch.signature) {
       compiled = &c;
       break;
     }
   }
   if (compiled == nullptr) {
-    std::string signature;
-    for (int i = 0; i < n_in; ++i) {
-      if (i) signature += ",";
-      signature += DTypeToString(inputs[i].dtype) + ":" + std::to_string(inputs[i].ndim);
-    }
     const int64_t compile_start = profiler_ != nullptr ? profiler_->Now() : 0;
-    CompiledShapeFunc fresh;
-    fresh.signature = key;
-    try {
-      auto result = entry.compiler(signature).cast<tvm::ffi::Array<tvm::ffi::Any>>();
-      fresh.fn = result[0].cast<tvm::ffi::Function>();
-      for (size_t j = 1; j < result.size(); ++j) fresh.out_ndims.push_back(result[j].cast<int64_t>());
-    } catch (const tvm::ffi::Error& e) {
-      FailFromCaught(ErrorKind::kRuntime, "compiling the shape function of '" + entry.name + "' for (" + signature +
-                                              ") failed: " + e.kind() + ": " + e.message());
-    }
-    cache.push_back(std::move(fresh));
+    cache.push_back(CompileShapeFunc(entry, inputs, n_in));
     compiled = &cache.back();
     if (profiler_ != nullptr) profiler_->Compile(entry.name, compile_start);
   }
-  if (compiled->out_ndims.size() != static_cast<size_t>(n_out)) {
-    Fail(ErrorKind::kValue, "shape function of '" + entry.name + "' returned " +
-                                std::to_string(compiled->out_ndims.size()) + " shapes, the program expects " +
-                                std::to_string(n_out));
-  }
-  // Arguments: the inputs, then one int64 vector per output shape.
-  std::vector<DLTensor>& tensors = scratch.arg_tensors;
-  tensors.resize(static_cast<size_t>(n_in + n_out));  // sized before the AnyViews point into it
-  for (int i = 0; i < n_in; ++i) {
-    const ShapeFuncInput& input = inputs[i];
-    tensors[static_cast<size_t>(i)] =
-        input.value != nullptr
-            ? *input.value
-            : DLTensor{
-                  kNeverRead, DLDevice{kDLCPU, 0}, input.ndim, input.dtype, const_cast<int64_t*>(input.shape), nullptr,
-                  0};
-  }
-  for (int j = 0; j < n_out; ++j) {
-    ShapeVec& shape = results[j];
-    shape.assign(static_cast<size_t>(compiled->out_ndims[static_cast<size_t>(j)]), 0);
-    tensors[static_cast<size_t>(n_in + j)] =
-        DLTensor{shape.data(),
-                 DLDevice{kDLCPU, 0},
-                 1,
-                 DLDataType{kDLInt, 64, 1},
-                 const_cast<int64_t*>(&compiled->out_ndims[static_cast<size_t>(j)]),
-                 nullptr,
-                 0};
-  }
-  std::vector<tvm::ffi::AnyView>& args = scratch.args;
-  args.clear();
-  for (DLTensor& t : tensors) args.emplace_back(&t);
-  tvm::ffi::Any rv;
+  scratch.compiled_call.Prepare(entry, *compiled, inputs, n_in, n_out, results);
   Device& device = *devices_[kExecutionSlot];
   const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
   device.BeginHostShapeWork();
   try {
-    compiled->fn.CallPacked(args.data(), static_cast<int32_t>(args.size()), &rv);
-  } catch (const tvm::ffi::Error& e) {
+    scratch.compiled_call.Invoke(entry, *compiled);
+  } catch (...) {
     device.EndHostShapeWork();
-    FailFromCaught(ErrorKind::kRuntime,
-                   "shape function of '" + entry.name + "' failed: " + e.kind() + ": " + e.message());
+    throw;
   }
   device.EndHostShapeWork();
   if (profiler_ != nullptr) profiler_->ShapeFunc(entry.name, false, start);

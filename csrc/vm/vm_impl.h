@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "registry/compiled_shape_func.h"
 #include "shapefn/registry.h"
 #include "shapefn/vm.h"
 #include "vm/idle_tensors.h"
@@ -96,11 +97,6 @@ class VirtualMachine::Impl {
   int64_t call_stack_registers_ = 0;  // held by the frames of the running call's nested calls
   mutable std::mutex call_mutex_;     // held for a whole call, and to read or reset counters_
 
-  struct CompiledShapeFunc {
-    std::vector<uint64_t> signature;  // per input: dtype code | bits << 8 | lanes << 16 | ndim << 32
-    tvm::ffi::Function fn;
-    std::vector<int64_t> out_ndims;
-  };
   // Per shape function: its compiled TVM host functions, one per input
   // signature (searched in order: there are one or two).
   std::vector<std::vector<CompiledShapeFunc>> compiled_;
@@ -116,8 +112,7 @@ class VirtualMachine::Impl {
     }
     std::vector<ShapeVec> results;
     std::vector<uint64_t> signature;
-    std::vector<DLTensor> arg_tensors;  // arguments of a TVM-compiled shape function
-    std::vector<tvm::ffi::AnyView> args;
+    CompiledShapeFuncCall compiled_call;  // arguments of a TVM-compiled shape function
   } shape_func_scratch_;
   // The registers of the outermost call (calls are serialised).
   std::vector<Value> frame_;
