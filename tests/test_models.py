@@ -5,8 +5,8 @@ Detections are matched as sets (random weights can tie scores). Faster
 R-CNN is also compiled for CUDA and checked as test_cuda_build.py checks its
 programs (no GPU here: built, not run). Both also run on TVM's
 ``relax.VirtualMachine``, compiled by ``tvm.compile`` with
-``shapefn.relax.pipeline`` for OpenCL (TVM's own importer and default
-pipeline cannot run them): detections match onnxruntime's, and an
+``shapefn.relax.pipeline`` for the CPU and for OpenCL (TVM's own importer
+and default pipeline cannot run them): detections match onnxruntime's, and an
 inference copies and waits exactly as under shapefn's VM."""
 import pathlib
 
@@ -55,6 +55,7 @@ def match_detections(got: dict, want: dict) -> int:
 
 
 MODELS = ["ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn"]
+TVM_DEVICES = {"llvm": tvm.cpu, "opencl": tvm.opencl}
 
 
 class Compiled:
@@ -81,14 +82,15 @@ class Compiled:
         exe = self.executable(name, device)
         return shapefn.VirtualMachine(exe, shapefn.sim(strict=True) if device == "sim" else device)
 
-    def tvm_vm(self, name):
+    def tvm_vm(self, name, target="opencl"):
         """The model compiled by ``tvm.compile`` with ``shapefn.relax.pipeline``
-        for OpenCL, on TVM's ``relax.VirtualMachine``."""
-        if (name, "tvm") not in self.executables:
+        for ``target`` ("opencl" or "llvm"), on TVM's ``relax.VirtualMachine``."""
+        key = (name, "tvm.compile", target)
+        if key not in self.executables:
             self.session(name)
-            self.executables[name, "tvm"] = tvm.compile(from_onnx(self.protos[name]), target="opencl",
-                                                        relax_pipeline=shapefn.relax.pipeline("opencl"))
-        return relax.VirtualMachine(self.executables[name, "tvm"], tvm.opencl())
+            self.executables[key] = tvm.compile(from_onnx(self.protos[name]), target=target,
+                                                relax_pipeline=shapefn.relax.pipeline(target))
+        return relax.VirtualMachine(self.executables[key], TVM_DEVICES[target]())
 
 
 @pytest.fixture(scope="module")
@@ -157,14 +159,15 @@ def _counted(run) -> dict:
     return {key: counters[key] for key in ("d2h_copies", "d2h_bytes", "syncs")}
 
 
-@opencl
+@pytest.mark.parametrize("target", ["llvm", pytest.param("opencl", marks=opencl)])
 @pytest.mark.parametrize("name", MODELS)
-def test_detections_match_onnxruntime_under_tvm_vm(compiled, name):
+def test_detections_match_onnxruntime_under_tvm_vm(compiled, name, target):
     session, names = compiled.session(name)
-    vm = compiled.tvm_vm(name)
+    vm = compiled.tvm_vm(name, target)
     for size in SIZES:
         x = image(size)
-        got = dict(zip(names, (np.asarray(t.numpy()) for t in vm["main"](tvm.runtime.tensor(x, tvm.opencl())))))
+        result = vm["main"](tvm.runtime.tensor(x, TVM_DEVICES[target]()))
+        got = dict(zip(names, (np.asarray(t.numpy()) for t in result)))
         want = dict(zip(names, session.run(None, {"image": x})))
         assert len(want["boxes"]) > 0
         assert match_detections(got, want) == 0

@@ -30,7 +30,7 @@ from ..compiler import target_schedule
 from ..compiler.legalize import legalize_map
 from ..compiler.lower_dynamic import lower_dynamic_ops
 from ..compiler.shape_calls import SHAPE_FUNC, VIEW
-from .host_shapes import PlaceShapeArithmeticOnHost, StorageOnItsDevice
+from .host_shapes import PlaceShapeArithmeticOnHost, StorageInScope, StorageOnItsDevice
 from .schedule_reads import ScheduleCountReads
 
 __all__ = ["pipeline", "DeduplicateKernels", "ExportKernelsUnderTheirNames", "LowerDataDependentOps",
@@ -65,7 +65,7 @@ def pipeline(target, dependence: str = "per-input") -> tvm.transform.Pass:
         DeduplicateKernels,
         WithoutSizeLimits,
         *dataflow_lower(target),
-        *[_planned_without_ifs(p) for p in finalize(target)],
+        *[_planned(p) for p in finalize(target)],
     ]
 
     @tvm.transform.module_pass(opt_level=0, name="shapefn.relax.pipeline")
@@ -85,30 +85,15 @@ def _in_place_of_default_schedule(phase: tvm.transform.Pass, target: tvm.target.
     return [PlaceShapeArithmeticOnHost(target), ScheduleShapefnKernels(target, every=True)]
 
 
-def _planned_without_ifs(phase: tvm.transform.Pass) -> tvm.transform.Pass:
-    """``phase``, except that TVM's static memory planning is skipped for a
-    module with an ``If``: it places the storage of a tensor with a symbolic
-    size where the size is first needed, which may be inside a branch, and
-    then reuses that storage after the ``If`` for a later tensor of the same
-    size, where the branch's storage does not exist (TVM's VM crashes in
-    ``StorageObj::AllocTensor``; SSD-lite's "no boxes" branch does this).
-    Without it TVM's VM takes each tensor from its pooled allocator."""
+def _planned(phase: tvm.transform.Pass) -> tvm.transform.Pass:
+    """``phase``; TVM's static memory planning is followed by two repairs
+    of what it plans: a tensor placed in storage of another device
+    (``StorageOnItsDevice``) or in storage allocated inside an ``If``'s
+    branch, used after the ``If`` (``StorageInScope``) gets storage of its
+    own."""
     if phase.info.name != "StaticPlanBlockMemory":
         return phase
-
-    @tvm.transform.module_pass(opt_level=0, name="shapefn.StaticPlanBlockMemoryWithoutIfs")
-    def plan(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        return mod if any(_has_if(f) for f in mod.functions.values()) else StorageOnItsDevice(phase(mod))
-
-    return plan
-
-
-def _has_if(func) -> bool:
-    if not isinstance(func, relax.Function):
-        return False
-    found = []
-    relax.analysis.post_order_visit(func, lambda e: found.append(True) if isinstance(e, relax.If) else None)
-    return bool(found)
+    return tvm.transform.Sequential([phase, StorageOnItsDevice, StorageInScope], name="shapefn.StaticPlanBlockMemory")
 
 
 def _default_phases(target: tvm.target.Target) -> list:

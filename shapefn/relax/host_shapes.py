@@ -31,7 +31,7 @@ from ..compiler.shape_calls import SHAPE_FUNC
 from ..compiler.target_schedule import host_form, schedule
 from .schedule_reads import READ_COUNTS
 
-__all__ = ["PlaceShapeArithmeticOnHost", "StorageOnItsDevice", "HOST_SUFFIX"]
+__all__ = ["PlaceShapeArithmeticOnHost", "StorageInScope", "StorageOnItsDevice", "HOST_SUFFIX"]
 
 HOST_SUFFIX = "_host"
 # (csrc/relax/builtins.cc) A host tensor copied into a device tensor without
@@ -308,3 +308,55 @@ class _OwnStorage(relax.PyExprMutator):
 def _index(expr) -> int:
     value = expr.value if hasattr(expr, "value") else expr
     return int(value.value if hasattr(value, "value") else value)
+
+
+@tvm.transform.module_pass(opt_level=0, name="shapefn.StorageInScope")
+def StorageInScope(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - a pass
+    """Runs after TVM's ``StaticPlanBlockMemory``, which may allocate a
+    storage inside an ``If``'s branch (where a symbolic size is first
+    needed) and place a tensor after the ``If`` in it, where the branch's
+    storage does not exist (TVM's VM then crashes). Such a tensor gets
+    storage of its own, of that size, where it is allocated."""
+    fix = _ScopedStorage(mod)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            fix.builder_.update_func(gv, fix.visit_expr(func))
+    return fix.builder_.get() if fix.fixed else mod
+
+
+@relax.expr_functor.mutator
+class _ScopedStorage(relax.PyExprMutator):
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.scopes: list[set[int]] = [set()]  # vars bound in each enclosing scope
+        self.fixed = False
+
+    def visit_function_(self, func):
+        self.scopes = [set()]
+        return super().visit_function_(func)
+
+    def visit_if_(self, op):
+        cond = self.visit_expr(op.cond)
+        branches = []
+        for branch in (op.true_branch, op.false_branch):
+            self.scopes.append(set())
+            branches.append(self.visit_with_new_scope(branch))
+            self.scopes.pop()
+        return relax.If(cond, *branches, op.span)
+
+    def visit_var_binding_(self, binding):
+        super().visit_var_binding_(binding)
+        self.scopes[-1].add(_key(binding.var))  # (this pass binds no var anew)
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if call.op != _ALLOC_TENSOR or not isinstance(call.args[0], relax.Var):
+            return call
+        if any(_key(call.args[0]) in scope for scope in self.scopes):
+            return call
+        storage = self.lookup_binding(call.args[0])
+        if not (isinstance(storage, relax.Call) and storage.op == _ALLOC_STORAGE):
+            return call
+        own = self.builder_.emit(relax.Call(_ALLOC_STORAGE, storage.args, storage.attrs, storage.ty_args), "storage")
+        self.fixed = True
+        return relax.Call(call.op, [own, *call.args[1:]], call.attrs, call.ty_args, call.span)
