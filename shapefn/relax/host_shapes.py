@@ -276,7 +276,12 @@ def StorageOnItsDevice(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - 
     scope and type but not by device: a device tensor may be placed in a
     host tensor's storage of the same size (and the reverse). Such a tensor
     gets storage of its own, of that size, on its device."""
-    fix = _OwnStorage(mod)
+    return _mended(mod, _OwnStorage(mod))
+
+
+def _mended(mod: tvm.IRModule, fix) -> tvm.IRModule:
+    """``mod`` with every Relax function through ``fix`` (a mutator that
+    sets ``fixed`` when it changes something); ``mod`` itself if nothing was."""
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function):
             fix.builder_.update_func(gv, fix.visit_expr(func))
@@ -317,11 +322,7 @@ def StorageInScope(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - a pa
     needed) and place a tensor after the ``If`` in it, where the branch's
     storage does not exist (TVM's VM then crashes). Such a tensor gets
     storage of its own, of that size, where it is allocated."""
-    fix = _ScopedStorage(mod)
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            fix.builder_.update_func(gv, fix.visit_expr(func))
-    return fix.builder_.get() if fix.fixed else mod
+    return _mended(mod, _ScopedStorage(mod))
 
 
 @relax.expr_functor.mutator
