@@ -58,7 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--verbose", action="store_true", help="print the traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = commands.add_parser("compile", parents=[common], help="import an ONNX model, compile it, save it")
+    compiling = argparse.ArgumentParser(add_help=False, parents=[common])
+    compiling.add_argument("--quiet", action="store_true",
+                           help="no progress on stderr (shown by default when stderr is a terminal)")
+
+    p = commands.add_parser("compile", parents=[compiling], help="import an ONNX model, compile it, save it")
     p.add_argument("model", help="an ONNX model")
     p.add_argument("-o", "--output", required=True, help="the executable to write (its kernels go beside it)")
     _device_option(p)
@@ -68,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
 
     for name, help_text in (("run", "run a model and write its outputs"),
                             ("profile", "run a model once under the profiler")):
-        p = commands.add_parser(name, parents=[common], help=help_text)
+        p = commands.add_parser(name, parents=[compiling], help=help_text)
         p.add_argument("model", help="an ONNX model or a saved executable (.sfx)")
         p.add_argument("--input", action="append", default=[], metavar="FILE.npy",
                        help="an input, in the model's input order (repeatable)")
@@ -146,10 +150,15 @@ def _executable(args):
 
     model = _existing(args.model, "model")
     if model.suffix == ".onnx":
-        return shapefn.compile(shapefn.from_onnx(str(model), _shapes(args.shape)), _device_name(args.device))
+        return shapefn.compile(shapefn.from_onnx(str(model), _shapes(args.shape)), _device_name(args.device),
+                               progress=_progress(args))
     if args.shape:
         raise UsageError("--shape applies to ONNX models only; an executable's shapes were fixed when compiled")
     return shapefn.Executable.load(model)
+
+
+def _progress(args):
+    return False if args.quiet else "auto"
 
 
 def _device_name(spec: str) -> str:
@@ -178,7 +187,8 @@ def _compile(args) -> None:
 
     model = _existing(args.model, "model")
     start = time.perf_counter()
-    exe = shapefn.compile(shapefn.from_onnx(str(model), _shapes(args.shape)), _device_name(args.device))
+    exe = shapefn.compile(shapefn.from_onnx(str(model), _shapes(args.shape)), _device_name(args.device),
+                          progress=_progress(args))
     seconds = time.perf_counter() - start
     exe.save(args.output)
     print(json.dumps({"output": args.output, "device": args.device, "kernels": len(exe.kernel_names),

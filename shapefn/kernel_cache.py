@@ -42,6 +42,7 @@ import tvm_ffi
 from tvm.support import cc
 
 from . import config, cuda_ptx
+from .progress import QUIET, Progress
 
 _DIGEST_BYTES = hashlib.sha256().digest_size
 _SYMBOL_PREFIX = "shapefn_kernel_"
@@ -89,7 +90,7 @@ def _pass_options() -> str:
 
 
 def build(mod: tvm.IRModule, target, schedule_version: str = "",
-          directory: Path | None = None) -> tuple[object, Path]:
+          directory: Path | None = None, progress: Progress = QUIET) -> tuple[object, Path]:
     """The compiled library of ``mod``'s PrimFuncs for ``target`` and the
     file it lives in; each function is callable by its name in ``mod``.
     ``schedule_version`` is that of the schedules that made the PrimFuncs
@@ -110,13 +111,15 @@ def build(mod: tvm.IRModule, target, schedule_version: str = "",
         _count(len(set(keys.values())), 0)
         return library, path
     if target.kind.name == "llvm":
-        objects = _objects({keys[n]: f for n, f in funcs.items()}, target, directory / "objects")
+        objects = _objects({keys[n]: f for n, f in funcs.items()}, target, directory / "objects", progress)
         _write_atomically(path, lambda temp: _link(objects, keys, temp))
     else:
         # Device code is a module imported by the host code, which objects
         # cannot carry: the module is compiled whole (and cached as a library).
         _count(0, len(set(keys.values())))
-        compiled = _build_whole(funcs, target)
+        with progress.kernels(1, f"{target.kind.name} module of {len(funcs)} kernels built"):
+            compiled = _build_whole(funcs, target)
+            progress.advance()
         if target.kind.name == "cuda":
             compiled = cuda_ptx.with_ptx(compiled, target)
         _write_atomically(path, compiled.export_library)
@@ -185,7 +188,7 @@ def _loadable(module) -> bool:
                for m in module.imports)
 
 
-def _objects(funcs: dict, target, directory: Path) -> dict[str, bytes]:
+def _objects(funcs: dict, target, directory: Path, progress: Progress = QUIET) -> dict[str, bytes]:
     """The object code of each kernel (by key), compiling those the cache
     lacks one per core at a time (TVM releases the GIL while compiling)."""
     found = {key: _read_entry(directory / f"{key}.o") for key in funcs}
@@ -196,6 +199,7 @@ def _objects(funcs: dict, target, directory: Path) -> dict[str, bytes]:
         data = _compile(funcs[key], _SYMBOL_PREFIX + key[:32], target)
         entry = hashlib.sha256(data).digest() + data
         _write_atomically(directory / f"{key}.o", lambda temp: Path(temp).write_bytes(entry))
+        progress.advance()
         return data
 
     workers = min(len(missing), len(os.sched_getaffinity(0)))
@@ -209,10 +213,11 @@ def _objects(funcs: dict, target, directory: Path) -> dict[str, bytes]:
                                            disabled_pass=list(caller.disabled_pass), config=dict(caller.config)):
                 return compile_one(key)
 
-        with ThreadPoolExecutor(workers) as pool:
+        with progress.kernels(len(missing)), ThreadPoolExecutor(workers) as pool:
             found.update(zip(missing, pool.map(compile_in_context, missing)))
     else:
-        found.update((key, compile_one(key)) for key in missing)
+        with progress.kernels(len(missing)):
+            found.update((key, compile_one(key)) for key in missing)
     return found
 
 

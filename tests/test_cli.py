@@ -168,3 +168,9 @@ def test_cache_info_prune_and_clear(tmp_path):
     shapefn("cache", "clear", env=env, check_status=0)
     assert not any(p.exists() for p in paths)
     assert writing.exists()  # (being written: not an entry yet)
+
+
+def test_compile_is_quiet_when_stderr_is_not_a_terminal(tmp_path, model):
+    result = shapefn("compile", model, "-o", tmp_path / "m.sfx", check_status=0)
+    assert result.stderr == ""
+    assert shapefn("compile", model, "-o", tmp_path / "m.sfx", "--quiet", check_status=0).stderr == ""

@@ -17,6 +17,7 @@ import tvm
 
 from .. import kernel_cache
 from ..executable import Executable
+from ..progress import QUIET, Progress
 from . import codegen, host_params, placement, schedule, target_schedule
 from .lower_dynamic import lower_dynamic_ops
 from .relax_passes import HOST_TARGET, lower
@@ -49,31 +50,39 @@ def gc_paused():
             gc.enable()
 
 
-def compile(mod: tvm.IRModule, device: str = "sim", *, target=None,
-            dependence: str = "per-input") -> Executable:  # noqa: A001 - the public name
+def compile(mod: tvm.IRModule, device: str = "sim", *, target=None,  # noqa: A001 - the public name
+            dependence: str = "per-input", progress=False) -> Executable:
     """Compiles a Relax module (entry ``main``) for ``device``: "sim", "host"
     or a TVM device name such as "cuda"; ``target`` overrides the kernel
     target. ``dependence`` is the default mode of VMs made from the result
-    ("per-op" reproduces whole-tensor copies, for comparison)."""
+    ("per-op" reproduces whole-tensor copies, for comparison). ``progress``
+    prints the phases and a bar over the kernels built to stderr: True,
+    False, or "auto" (when stderr is a terminal)."""
     if not isinstance(mod, tvm.IRModule):
         raise TypeError(f"shapefn.compile takes a tvm.IRModule, got {type(mod).__name__}")
     if "main" not in [gv.name_hint for gv in mod.functions]:
         raise ValueError("the module has no 'main' function")
     if dependence not in ("per-input", "per-op"):
         raise ValueError(f"dependence must be 'per-input' or 'per-op', got {dependence!r}")
+    report = Progress.of(progress)
     tvm_target = _target_for(device, target)
     gpu = target_schedule.is_gpu(tvm_target)
     policy = placement.policy_for(device)
     with gc_paused():
-        mod = lower_dynamic_ops(mod, gpu)                          # data-dependent ops -> shape functions
-        mod = lower(mod, tvm_target)                               # TVM's Relax passes, shapefn's legalizations
-        host = host_params.plan(mod, policy)                       # loops' tensors read only for shapes
-        mod = host_params.read_back_host_params(mod, host)
-        places = placement.place_module(mod, policy, host)         # host or device, per tensor and kernel
-        readbacks = schedule.schedule_module(mod)                  # readbacks batched, one sync per phase
-        generated = codegen.generate(mod, places, readbacks, separate_host_kernels=gpu)  # bytecode
-        scheduled = schedule_kernels(mod, generated, tvm_target)   # each kernel for its processor
-        library, library_path = build_kernels(scheduled, tvm_target)  # compiled, through the kernel cache
+        with report.phase("lowering data-dependent ops"):
+            mod = lower_dynamic_ops(mod, gpu)                      # data-dependent ops -> shape functions
+        with report.phase("TVM's Relax passes"):
+            mod = lower(mod, tvm_target)                           # TVM's Relax passes, shapefn's legalizations
+        with report.phase("placement and bytecode"):
+            host = host_params.plan(mod, policy)                   # loops' tensors read only for shapes
+            mod = host_params.read_back_host_params(mod, host)
+            places = placement.place_module(mod, policy, host)     # host or device, per tensor and kernel
+            readbacks = schedule.schedule_module(mod)              # readbacks batched, one sync per phase
+            generated = codegen.generate(mod, places, readbacks, separate_host_kernels=gpu)  # bytecode
+        with report.phase("scheduling kernels"):
+            scheduled = schedule_kernels(mod, generated, tvm_target)  # each kernel for its processor
+        with report.phase("building kernels"):
+            library, library_path = build_kernels(scheduled, tvm_target, report)  # through the kernel cache
         return generated.program.build(library=library, library_path=library_path, default_dependence=dependence)
 
 
@@ -87,8 +96,9 @@ def schedule_kernels(mod: tvm.IRModule, generated: codegen.GeneratedProgram,
     return target_schedule.schedule(kernels, target, host=generated.host_kernels)
 
 
-def build_kernels(scheduled: target_schedule.ScheduledKernels | None, target: tvm.target.Target):
+def build_kernels(scheduled: target_schedule.ScheduledKernels | None, target: tvm.target.Target,
+                  progress: Progress = QUIET):
     """The library of the scheduled kernels and its file; (None, None) if none."""
     if scheduled is None:
         return None, None
-    return kernel_cache.build(scheduled.module, target, scheduled.version)
+    return kernel_cache.build(scheduled.module, target, scheduled.version, progress=progress)
