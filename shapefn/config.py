@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -10,7 +11,8 @@ _cache_dir_override: Path | None = None
 
 
 def cache_dir() -> Path:
-    """The directory compiled shape functions are cached in, created if missing.
+    """The directory compiled kernels and shape functions are cached in,
+    created if missing (and if it can be).
 
     In order of precedence: the last ``set_cache_dir`` path, the
     ``SHAPEFN_CACHE_DIR`` environment variable (read on every call), then
@@ -22,7 +24,10 @@ def cache_dir() -> Path:
         path = Path(os.environ[_ENV_CACHE_DIR]).expanduser()
     else:
         path = Path.home() / ".cache" / "shapefn"
-    path.mkdir(parents=True, exist_ok=True)
+    # (a directory that cannot be made is no error here: writers fall back
+    # to building without the cache, kernel_cache.build)
+    with contextlib.suppress(OSError):
+        path.mkdir(parents=True, exist_ok=True)
     return path
 
 

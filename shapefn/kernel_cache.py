@@ -28,11 +28,16 @@ Layout under ``directory`` (default ``<cache_dir>/kernels``):
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
+import errno
+import functools
 import hashlib
 import os
+import shutil
 import tempfile
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,8 +104,37 @@ def build(mod: tvm.IRModule, target, schedule_version: str = "",
     When this process has no runtime for the target's device (a GPU build
     on a machine without the GPU runtime), the library is cached for one
     that has, and the module is returned as built: its device code can be
-    inspected, not run."""
-    directory = Path(directory) if directory is not None else config.cache_dir() / "kernels"
+    inspected, not run.
+
+    A cache that cannot be written (read-only, full, not permitted) is not
+    an error: the library is built in a directory of this process's own,
+    with a warning naming why."""
+    try:
+        directory = Path(directory) if directory is not None else config.cache_dir() / "kernels"
+        return _build(mod, target, schedule_version, directory, progress)
+    except OSError as e:
+        if e.errno not in _UNWRITABLE:
+            raise
+        warnings.warn(f"shapefn: the kernel cache cannot be written ({e}); building without it", stacklevel=2)
+    return _build(mod, target, schedule_version, _private_directory(), progress)
+
+
+# Why a cache directory may refuse a write: it is read-only, full, not ours,
+# or its path runs through a file.
+_UNWRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR}
+
+
+@functools.cache
+def _private_directory() -> Path:
+    """A directory of this process's own for libraries the cache could not
+    take; removed when the process exits (loaded libraries stay mapped)."""
+    path = Path(tempfile.mkdtemp(prefix="shapefn-kernels-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def _build(mod: tvm.IRModule, target, schedule_version: str, directory: Path,
+           progress: Progress) -> tuple[object, Path]:
     target = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
     funcs = {gv.name_hint: func for gv, func in mod.functions.items()}
     keys = {name: kernel_key(func, target, schedule_version) for name, func in funcs.items()}

@@ -2,6 +2,12 @@
 builds (counted by kernel_cache.stats, never timed), what a changed or
 corrupt entry rebuilds, and that results match a fresh build and TVM's
 Relax VM."""
+import errno
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tvm
@@ -212,3 +218,62 @@ def test_gpu_build_failure_names_the_kernel(cache_dir):
     with pytest.raises(RuntimeError, match=r"TVM cannot build kernel\(s\) bad for opencl"):
         kernel_cache.build(mod, target)
     assert not library_entries(cache_dir)
+
+
+@pytest.mark.parametrize("error", [errno.EROFS, errno.ENOSPC, errno.EACCES], ids=["read-only", "full", "denied"])
+def test_a_cache_that_cannot_be_written_is_no_error(cache_dir, monkeypatch, error):
+    """A read-only, full or forbidden cache: the compile warns, naming why,
+    builds in a directory of its own, and the program runs. (Simulated:
+    tests run as root, whom permissions do not stop.)"""
+    def refuse(path, write):
+        if cache_dir in path.parents:
+            raise OSError(error, os.strerror(error), str(path))
+        return write_atomically(path, write)
+
+    write_atomically = kernel_cache._write_atomically
+    monkeypatch.setattr(kernel_cache, "_write_atomically", refuse)
+    x = np.random.default_rng(1).standard_normal((5, 8)).astype("float32")
+    with pytest.warns(UserWarning, match=f"kernel cache cannot be written .*{os.strerror(error)}"):
+        exe = shapefn.compile(chain(), "sim")
+    np.testing.assert_allclose(run(exe, x), relax_vm(chain(), x), rtol=1e-5, atol=1e-6)
+    assert library_entries(cache_dir) == []
+
+
+def test_a_cache_path_that_cannot_be_a_directory_is_no_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    shapefn.set_cache_dir(blocker / "cache")
+    try:
+        with pytest.warns(UserWarning, match="kernel cache cannot be written"):
+            exe = shapefn.compile(chain(), "sim")
+    finally:
+        shapefn.set_cache_dir(None)
+    x = np.ones((2, 8), "float32")
+    np.testing.assert_allclose(run(exe, x), relax_vm(chain(), x), rtol=1e-5, atol=1e-6)
+
+
+_COMPILE_AND_RUN = """
+import json, sys, numpy as np, shapefn
+sys.path.insert(0, {tests!r})
+from test_kernel_cache import chain
+shapefn.set_cache_dir({cache!r})
+exe = shapefn.compile(chain(), "host")
+print(json.dumps(shapefn.VirtualMachine(exe, "host")(np.ones((3, 8), "float32")).numpy().tolist()))
+"""
+
+
+def test_processes_compiling_the_same_model_at_once_share_the_cache(cache_dir):
+    """Three processes compile the same model into one empty cache at the
+    same time: each succeeds with the same result, and the cache holds one
+    entry per kernel (writes are atomic renames)."""
+    script = _COMPILE_AND_RUN.format(tests=os.path.dirname(__file__), cache=str(cache_dir))
+    processes = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for _ in range(3)]
+    results = [p.communicate(timeout=600) for p in processes]
+    for p, (_, err) in zip(processes, results):
+        assert p.returncode == 0, err
+    assert len({out for out, _ in results}) == 1
+    expected = relax_vm(chain(), np.ones((3, 8), "float32"))
+    np.testing.assert_allclose(np.array(json.loads(results[0][0])), expected, rtol=1e-5, atol=1e-6)
+    assert len(library_entries(cache_dir)) == 1
+    assert not [p for p in (cache_dir / "kernels").rglob(".*")]  # (no temporary file left behind)
