@@ -265,6 +265,27 @@ def test_malformed_onnx_models_raise_invalid_onnx_model(nodes, message):
         shapefn.from_onnx(onnx_model(nodes))
 
 
+@pytest.mark.parametrize("nodes, error, message", [
+    # an input of a type the op's schema does not take (TVM would fail to
+    # compile the kernel), named by the node's output when it has no name
+    ([helper.make_node("Xor", ["x", "x"], ["y"])], InvalidOnnxModel,
+     r"ONNX node Xor computing 'y': input 0 \('x'\) is tensor\(float\), which Xor does not take"),
+    # inputs TVM's op refuses together, named by the node
+    ([helper.make_node("Concat", ["x", "m"], ["y"], name="cat", axis=0)], InvalidOnnxModel,
+     r"ONNX node 'cat' \(Concat\) cannot be imported: .*"),
+    # a rank that depends on the values of unknown sizes
+    ([helper.make_node("Squeeze", ["x"], ["y"], name="sq")], ValueError,
+     r"ONNX node 'sq' \(Squeeze\): Squeeze without axes needs every size of its input known"),
+])
+def test_nodes_the_importer_refuses_are_named(nodes, error, message):
+    model = onnx_model(nodes)
+    if any(n.op_type == "Concat" for n in nodes):
+        m = helper.make_tensor("m", TensorProto.FLOAT, [2, 2], [0.0] * 4)
+        model.graph.initializer.append(m)
+    with pytest.raises(error, match=message):
+        shapefn.compile(shapefn.from_onnx(model), "host")
+
+
 def test_files_that_are_not_onnx_models(tmp_path):
     garbage = tmp_path / "garbage.onnx"
     garbage.write_bytes(b"\xff" * 64)

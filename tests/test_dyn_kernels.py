@@ -324,7 +324,8 @@ def test_slice_extents_are_pythons_slice_lengths():
         end[rng.integers(0, 3)] = rng.choice([2**62, -2**62, 2**63 - 1])
         strides[rng.integers(0, 3)] = rng.choice([-2**63, 1, -1])
         out = tvm.runtime.tensor(np.zeros(3, "int64"))
-        run(*(tvm.runtime.tensor(np.asarray(v, "int64")) for v in (dims, begin, end, strides)), out)
+        data = tvm.runtime.tensor(np.zeros(dims, "float32"))
+        run(data, *(tvm.runtime.tensor(np.asarray(v, "int64")) for v in (begin, end, strides)), out)
         want = [len(range(*slice(int(b), int(e), int(s)).indices(int(d)))) if s else -1
                 for d, b, e, s in zip(dims, begin, end, strides)]
         assert out.numpy().tolist() == want, (dims, begin, end, strides)

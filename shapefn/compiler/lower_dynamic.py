@@ -221,9 +221,8 @@ class _Lowering(relax.PyExprMutator):
         begin, end, strides = (v if _dtype(v) == "int64" else bb.emit(relax.op.astype(v, "int64"))
                                for v in (begin, end, strides))
         if not read_parameters:
-            dims = bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr(list(data.ty.shape.values))))
-            extents = bb.emit(relax.call_tir(self._kernel(f"shapefn_slice_extents_{ndim}d", slice_extents(ndim)),
-                                             [dims, begin, end, strides], relax.TensorType([ndim], "int64")))
+            kernel = self._kernel(f"shapefn_slice_extents_{ndim}d_{dtype}", slice_extents(ndim, dtype))
+            extents = bb.emit(relax.call_tir(kernel, [data, begin, end, strides], relax.TensorType([ndim], "int64")))
             (dims,) = emit_shape(bb, "shapefn.slice_extents", [data, extents], [ndim], prefix="slice")
         kernel = self._kernel(f"shapefn_strided_slice_{ndim}d_{dtype}", strided_slice(ndim, dtype))
         return relax.call_tir(kernel, [data, begin, strides], relax.TensorType(dims, dtype))

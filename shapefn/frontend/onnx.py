@@ -135,12 +135,19 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
         if op_name == "Loop":
             self._nodes.update(zip(outputs, convert_loop(self, node, inputs, attr)))
             return
+        _check_types(node, inputs, self.opset)
         try:
             result = self._convert_operator(op_name, inputs, attr, self.opset)
-        except UnsupportedOnnxOp:
+        except (UnsupportedOnnxOp, InvalidOnnxModel):
             raise
         except Exception as err:
-            raise RuntimeError(f"converting ONNX node '{node.name}' ({op_name}) failed: {err}") from err
+            # (TVM's ops refuse inputs the node's types or shapes make
+            # inconsistent: concatenating unequal sizes, comparing a float
+            # with an int, ...)
+            raise InvalidOnnxModel(f"{_described(node)} cannot be imported: {err}") from err
+        if op_name == "Squeeze" and not _static_squeeze(node, inputs, attr):
+            raise ValueError(f"{_described(node)}: Squeeze without axes needs every size of its input known "
+                             f"(the input is {inputs[0].ty}); give the axes")
         self._bind_outputs(outputs, result, split=op_name not in _SEQUENCE_OPS)
 
     def _branch(self, graph) -> relax.SeqExpr:
@@ -228,6 +235,55 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
             return sizes
         inputs = _converter_inputs(self.bb, inputs, op_name in _TVM_TAKES_SHAPES, scalars)
         return super()._convert_operator(op_name, inputs, attrs, opset)
+
+
+def _described(node) -> str:
+    """A node as an error names it: its name, else its first output's."""
+    if node.name:
+        return f"ONNX node '{node.name}' ({node.op_type})"
+    return f"ONNX node {node.op_type} computing '{node.output[0] if node.output else ''}'"
+
+
+# relax dtype -> the ONNX type name the op schemas constrain
+_ONNX_TYPE = {"float32": "tensor(float)", "float64": "tensor(double)", "float16": "tensor(float16)",
+              "bfloat16": "tensor(bfloat16)", "int64": "tensor(int64)", "int32": "tensor(int32)",
+              "int16": "tensor(int16)", "int8": "tensor(int8)", "uint64": "tensor(uint64)",
+              "uint32": "tensor(uint32)", "uint16": "tensor(uint16)", "uint8": "tensor(uint8)",
+              "bool": "tensor(bool)"}
+
+
+def _check_types(node, inputs, opset) -> None:
+    """Each input's element type against the types the op's schema allows
+    for it (ONNX's ``T``, ``T1``, ... constraints), so that a node TVM would
+    legalize into a kernel that cannot compile (a float ``Xor``) is refused
+    here, naming it. Inputs of unknown type and ops without a schema pass."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+    except onnx.defs.SchemaError:
+        return
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    formals = list(schema.inputs)
+    for i, value in enumerate(inputs):
+        if value is None or not formals:
+            continue
+        formal = formals[min(i, len(formals) - 1)]  # (variadic: the last formal repeats)
+        dtype = getattr(getattr(value, "ty", None), "dtype", None)
+        onnx_type = _ONNX_TYPE.get(str(dtype)) if dtype is not None else None
+        if onnx_type is None or formal.type_str not in allowed:
+            continue
+        if onnx_type not in allowed[formal.type_str]:
+            raise InvalidOnnxModel(f"{_described(node)}: input {i} ('{node.input[i]}') is {onnx_type}, which "
+                                   f"{node.op_type} does not take ({', '.join(sorted(allowed[formal.type_str]))})")
+
+
+def _static_squeeze(node, inputs, attr) -> bool:
+    """Whether a Squeeze is importable: it has axes, or its input's sizes
+    are all known (which ones are 1 decides the output's rank)."""
+    if attr.get("axes") is not None or (len(inputs) > 1 and inputs[1] is not None):
+        return True
+    ty = getattr(inputs[0], "ty", None)
+    shape = getattr(ty, "shape", None)
+    return shape is not None and all(isinstance(d, tvm.tirx.IntImm) for d in shape.values)
 
 
 def _size_arithmetic(op_name, inputs, dimension_vars):

@@ -29,18 +29,23 @@ def strided_slice(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
     return te.create_prim_func([data, begin, strides, out])
 
 
-def slice_extents(ndim: int) -> tirx.PrimFunc:
-    """The shape of ``data[begin:end:strides]`` (``dims, begin, end, strides,
-    out``, int64 [ndim] each: dims is data's shape), computed as the shape
-    function ``relax.dynamic_strided_slice`` computes it, with -1 where a
-    stride is 0 (the shape function ``shapefn.slice_extents``, which reads
-    this output, reports it). Runs where begin/end/strides are: on the
-    device, only the ``ndim`` extents then cross."""
-    dims, begin, end, strides = (te.placeholder((ndim,), "int64", name=n) for n in ("dims", "begin", "end", "strides"))
+def slice_extents(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
+    """The shape of ``data[begin:end:strides]`` (``data, begin, end, strides,
+    out``: data gives only its sizes, never read; the others are int64
+    [ndim]), computed as the shape function ``relax.dynamic_strided_slice``
+    computes it, with -1 where a stride is 0 (the shape function
+    ``shapefn.slice_extents``, which reads this output, reports it). Runs
+    on the device where begin/end/strides are: only the ``ndim`` extents
+    then cross."""
+    data = te.placeholder(sizes("n", ndim), dtype, name="data")
+    begin, end, strides = (te.placeholder((ndim,), "int64", name=n) for n in ("begin", "end", "strides"))
     zero, one = tirx.const(0, "int64"), tirx.const(1, "int64")
 
     def extent(a):
-        dim, b, e, s = dims[a], begin[a], end[a], strides[a]
+        dim = data.shape[-1]
+        for k in range(ndim - 2, -1, -1):
+            dim = tirx.Select(a == k, data.shape[k], dim)
+        b, e, s = begin[a], end[a], strides[a]
         lower = tirx.Select(s < 0, -one, zero)
         upper = tirx.Select(s < 0, dim - 1, dim)
 
@@ -53,7 +58,7 @@ def slice_extents(ndim: int) -> tirx.PrimFunc:
         return tirx.Select(s == 0, -one, count)
 
     out = te.compute((ndim,), extent, name="out")
-    return te.create_prim_func([dims, begin, end, strides, out])
+    return te.create_prim_func([data, begin, end, strides, out])
 
 
 def strided_slice_scalar(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
