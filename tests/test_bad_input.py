@@ -270,6 +270,11 @@ def test_malformed_onnx_models_raise_invalid_onnx_model(nodes, message):
     # compile the kernel), named by the node's output when it has no name
     ([helper.make_node("Xor", ["x", "x"], ["y"])], InvalidOnnxModel,
      r"ONNX node Xor computing 'y': input 0 \('x'\) is tensor\(float\), which Xor does not take"),
+    # inputs one type parameter of the schema binds, of different types
+    ([helper.make_node("Cast", ["x"], ["b"], to=TensorProto.BOOL, name="to_bool"),
+      helper.make_node("Where", ["b", "x", "b"], ["y"], name="pick")], InvalidOnnxModel,
+     r"ONNX node 'pick' \(Where\): inputs 1 \('x'\) and 2 \('b'\) must have one type, "
+     r"got tensor\(float\) and tensor\(bool\)"),
     # inputs TVM's op refuses together, named by the node
     ([helper.make_node("Concat", ["x", "m"], ["y"], name="cat", axis=0)], InvalidOnnxModel,
      r"ONNX node 'cat' \(Concat\) cannot be imported: .*"),

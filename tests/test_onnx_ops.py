@@ -176,6 +176,9 @@ def reduce_cases():
                                  [("y", F, None)]), [[uniform((n, 4), 0, 320)] for n in (5, 1)]
     yield "ReduceMax-axis", model([node("ReduceMax", ["x"], ["y"], axes=[1], keepdims=0)], [("x", F, ["N", 4])],
                                   [("y", F, None)]), [[uniform((n, 4))] for n in (5, 0)]
+    # keepdims other than 0 and 1 (found by fuzzing): only 1 keeps, as onnxruntime reads it
+    yield "ReduceMax-keepdims2", model([node("ReduceMax", ["x"], ["y"], axes=[1], keepdims=2)],
+                                       [("x", F, ["N", 4])], [("y", F, None)]), [[uniform((n, 4))] for n in (5, 2)]
     # The If condition: ReduceProd(Shape(boxes)) == 0.
     yield "ReduceProd-of-shape", model(
         [node("Shape", ["x"], ["s"]), node("ReduceProd", ["s"], ["p"], keepdims=0),

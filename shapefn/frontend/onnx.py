@@ -115,6 +115,8 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
     def _construct_node(self, node):
         op_name = node.op_type
         attr = self._parse_attr(node.attribute)
+        if "keepdims" in attr:  # (as onnxruntime reads it: 1 keeps, any other value does not)
+            attr["keepdims"] = int(attr["keepdims"] == 1)
         inputs = tvm_onnx.onnx_input()
         for name in node.input:
             if name != "":
@@ -263,6 +265,7 @@ def _check_types(node, inputs, opset) -> None:
         return
     allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
     formals = list(schema.inputs)
+    bound: dict[str, tuple[int, str]] = {}  # type parameter -> the first input of it and its type
     for i, value in enumerate(inputs):
         if value is None or not formals:
             continue
@@ -274,6 +277,10 @@ def _check_types(node, inputs, opset) -> None:
         if onnx_type not in allowed[formal.type_str]:
             raise InvalidOnnxModel(f"{_described(node)}: input {i} ('{node.input[i]}') is {onnx_type}, which "
                                    f"{node.op_type} does not take ({', '.join(sorted(allowed[formal.type_str]))})")
+        first, first_type = bound.setdefault(formal.type_str, (i, onnx_type))
+        if first_type != onnx_type:
+            raise InvalidOnnxModel(f"{_described(node)}: inputs {first} ('{node.input[first]}') and {i} "
+                                   f"('{node.input[i]}') must have one type, got {first_type} and {onnx_type}")
 
 
 def _static_squeeze(node, inputs, attr) -> bool:
