@@ -86,12 +86,21 @@ def _attribute_changed(model, rng) -> bool:
     return True
 
 
-def _attribute_removed(model, rng) -> bool:
-    node = _node(model, rng)
-    if node is None or not node.attribute:
-        return False
-    del node.attribute[rng.randrange(len(node.attribute))]
-    return True
+def _one_deleted(field: str):
+    """A mutation deleting one entry of a random node's ``field``."""
+    def mutate(model, rng) -> bool:
+        node = _node(model, rng)
+        entries = getattr(node, field) if node is not None else []
+        if not entries:
+            return False
+        del entries[rng.randrange(len(entries))]
+        return True
+
+    return mutate
+
+
+_attribute_removed = _one_deleted("attribute")
+_input_dropped = _one_deleted("input")
 
 
 def _available(model) -> list[str]:
@@ -104,14 +113,6 @@ def _input_rewired(model, rng) -> bool:
     if node is None or not node.input:
         return False
     node.input[rng.randrange(len(node.input))] = rng.choice(_available(model) + ["missing_tensor"])
-    return True
-
-
-def _input_dropped(model, rng) -> bool:
-    node = _node(model, rng)
-    if node is None or not node.input:
-        return False
-    del node.input[rng.randrange(len(node.input))]
     return True
 
 
