@@ -69,11 +69,13 @@ class _Lowering(relax.PyExprMutator):
         self._gpu = gpu
         self._kernels: dict[str, relax.GlobalVar] = {}
         self._seen: list[dict] = [{}]  # per scope: count-sized call -> its lowered value
-        self._host_values: dict[int, bool] = {}  # var -> computed from shapes and constants alone
+        self._host_values: dict[int, bool] = {}  # var -> may be on the host
+        self._function = "main"  # the function being lowered
 
     def run(self) -> tvm.IRModule:
         for gv, func in self._mod.functions.items():
             if isinstance(func, relax.Function):
+                self._function = gv.name_hint
                 self.builder_.update_func(gv, self.visit_expr(func))
             elif self._gpu and isinstance(func, tvm.tirx.PrimFunc):
                 gpu_form = _gpu_topk(gv.name_hint, func)
@@ -97,9 +99,12 @@ class _Lowering(relax.PyExprMutator):
         return None
 
     def _from_shapes(self, expr: relax.Expr) -> bool:
-        """Whether ``expr`` is computed from shapes and constants alone (so
-        placement keeps it on the host); parameters and kernels' results
-        may be on the device."""
+        """Whether ``expr`` may be on the host: computed from shapes and
+        constants alone (placement keeps it there), or from a parameter of a
+        function other than ``main`` (a loop's body, whose small tensors
+        ``host_params`` may move to the host: Mask R-CNN's paste-masks loop
+        reads each box there). ``main``'s parameters and kernels' results
+        are on the device."""
         if isinstance(expr, (relax.ShapeExpr, tvm.ir.GenericConst)) or isinstance(expr.ty, tvm.ir.PrimType):
             return True
         if not isinstance(expr, relax.Var):
@@ -108,7 +113,9 @@ class _Lowering(relax.PyExprMutator):
         if key not in self._host_values:
             self._host_values[key] = False  # (until shown otherwise)
             value = self.lookup_binding(expr)
-            if isinstance(value, relax.Var):
+            if value is None:  # (a parameter)
+                self._host_values[key] = self._function != "main"
+            elif isinstance(value, relax.Var):
                 self._host_values[key] = self._from_shapes(value)
             elif isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op != _CALL_TIR:
                 self._host_values[key] = all(self._from_shapes(a) for a in value.args
