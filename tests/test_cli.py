@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import subprocess
+import sysconfig
 import time
 
 import numpy as np
@@ -14,7 +15,9 @@ from onnx import TensorProto, helper
 
 from conftest import opencl
 
-COMMAND = shutil.which("shapefn")
+# The command pip installed beside this Python (found on the PATH too).
+_INSTALLED = os.path.join(sysconfig.get_path("scripts"), "shapefn")
+COMMAND = _INSTALLED if os.path.exists(_INSTALLED) else shutil.which("shapefn")
 
 
 def shapefn(*args, env=None, check_status=None):
