@@ -150,25 +150,25 @@ def _executable(args):
 
     model = _existing(args.model, "model")
     if model.suffix == ".onnx":
-        return shapefn.compile(shapefn.from_onnx(str(model), _shapes(args.shape)), _device_name(args.device),
-                               progress=_progress(args))
+        return _compiled(args, model)
     if args.shape:
         raise UsageError("--shape applies to ONNX models only; an executable's shapes were fixed when compiled")
     return shapefn.Executable.load(model)
 
 
-def _progress(args):
-    return False if args.quiet else "auto"
+def _compiled(args, model: Path):
+    """The ONNX model at ``model`` imported and compiled for ``--device``,
+    with progress unless ``--quiet``."""
+    import shapefn
 
-
-def _device_name(spec: str) -> str:
-    return spec.split(":")[0] if spec.split(":")[0] in ("host", "sim") else spec
+    return shapefn.compile(shapefn.from_onnx(str(model), _shapes(args.shape)), args.device,
+                           progress=False if args.quiet else "auto")
 
 
 def _vm(args, exe):
     import shapefn
 
-    return shapefn.VirtualMachine(exe, _device_name(args.device))
+    return shapefn.VirtualMachine(exe, args.device)
 
 
 def _inputs(args) -> list:
@@ -183,12 +183,9 @@ def _outputs(result) -> list:
 
 
 def _compile(args) -> None:
-    import shapefn
-
     model = _existing(args.model, "model")
     start = time.perf_counter()
-    exe = shapefn.compile(shapefn.from_onnx(str(model), _shapes(args.shape)), _device_name(args.device),
-                          progress=_progress(args))
+    exe = _compiled(args, model)
     seconds = time.perf_counter() - start
     exe.save(args.output)
     print(json.dumps({"output": args.output, "device": args.device, "kernels": len(exe.kernel_names),
