@@ -164,6 +164,7 @@ class ProgramBuilder:
         self._kernels: list[str] = []
         self._kernel_funcs: dict = {}
         self._shape_funcs: list[str] = []
+        self._carried: dict[int, dict] = {}  # shape function index -> its carried builds
 
     @staticmethod
     def _index(table: list[str], name: str) -> int:
@@ -193,6 +194,18 @@ class ProgramBuilder:
             self._kernel_funcs[name] = func
         return name
 
+    def carry_shape_func(self, op_name: str, mask: Sequence[bool], signature: str, kernel: str,
+                         out_ndims: Sequence[int]) -> None:
+        """Carries shape function ``op_name`` (written in Python, under
+        ``mask``) compiled for input ``signature`` ("int64:1,float32:4") as
+        kernel ``kernel`` of the library, writing shapes of ``out_ndims``
+        lengths: VMs use it instead of the registry's entry."""
+        index = self._index(self._shape_funcs, op_name)
+        carried = self._carried.setdefault(
+            index, {"shape_func": index, "mask": list(mask), "num_outputs": len(out_ndims), "builds": []})
+        carried["builds"].append({"signature": signature, "kernel": self._index(self._kernels, kernel),
+                                  "out_ndims": list(out_ndims)})
+
     def build(self, library=None, kernels: Mapping | None = None, *, library_path=None,
               default_dependence: str = "per-input") -> Executable:
         """Verifies and returns the executable. ``library`` is a TVM runtime
@@ -209,7 +222,8 @@ class ProgramBuilder:
                     except (AttributeError, KeyError, ValueError, RuntimeError):
                         pass
         funcs.update(kernels or {})
-        core = _core.Executable.from_parts(parts, self._constants, self._kernels, self._shape_funcs, "")
+        core = _core.Executable.from_parts(parts, self._constants, self._kernels, self._shape_funcs, "",
+                                           list(self._carried.values()))
         if library is not None and library_path is None:
             library_path = kernel_cache.file_of(library)  # saved by copying it
         return Executable(core, funcs, library, library_path=library_path, default_dependence=default_dependence)

@@ -43,11 +43,27 @@ class Executable:
 
     @property
     def kernel_names(self) -> list[str]:
+        """The kernel table: ``kernel#i`` of ``as_text()`` is entry i. It
+        holds the host code of carried shape functions too."""
         return list(self._core.kernels)
 
     @property
     def shape_funcs(self) -> list[str]:
         return list(self._core.shape_funcs)
+
+    @property
+    def carried_shape_funcs(self) -> list[dict]:
+        """The shape functions written in Python that this executable
+        carries, compiled ahead to host code in its kernel library. Per op:
+        ``{"op", "mask", "builds": [{"signature", "kernel", "out_ndims"}]}``,
+        one build per input signature ("float32:4,int64:1") its program
+        calls it with, named ``kernel`` in the library. VMs use these, with
+        this mask, whatever the registry holds."""
+        ops, kernels = self._core.shape_funcs, self._core.kernels
+        return [{"op": ops[c["shape_func"]], "mask": c["mask"],
+                 "builds": [{"signature": b["signature"], "kernel": kernels[b["kernel"]], "out_ndims": b["out_ndims"]}
+                            for b in c["builds"]]}
+                for c in self._core.carried_shape_funcs]
 
     def as_text(self, operand_names: bool = False) -> str:
         """The disassembled bytecode of every function; ``operand_names``

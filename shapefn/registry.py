@@ -14,6 +14,10 @@ from . import _core, config, te_shape_func
 
 MaskLike = bool | Sequence[bool]
 
+# The function and mask of each registry entry written in Python, by
+# canonical name, for the compiler to build into executables.
+_python_shape_funcs: dict[str, tuple[Callable, tuple[bool, ...]]] = {}
+
 
 def register_shape_func(
     op_name: str,
@@ -61,8 +65,9 @@ def register_shape_func(
                 op_name, func, full_mask, signature, cache_dir=config.cache_dir())
             return [fn, *out_ndims]
 
-        _core.register(op_name, list(full_mask), level, override, len(full_mask),
-                       tvm_ffi.convert(compile_for))
+        if _core.register(op_name, list(full_mask), level, override, len(full_mask),
+                          tvm_ffi.convert(compile_for)):
+            _python_shape_funcs[_core.entry_info(op_name)["name"]] = (func, tuple(full_mask))
         return func
 
     if shape_func is not None:
@@ -87,6 +92,16 @@ def _known_arity(op_name: str) -> int | None:
     except KeyError:
         return None
     return arity if arity >= 0 else None
+
+
+def python_shape_func(op_name: str) -> tuple[Callable, tuple[bool, ...]] | None:
+    """The function and mask registered for ``op_name`` when its registry
+    entry is a shape function written in Python; else None."""
+    try:
+        info = _core.entry_info(op_name)
+    except KeyError:
+        return None
+    return _python_shape_funcs.get(info["name"]) if info["kind"] == "python" else None
 
 
 def data_dependence(op_name: str) -> list[bool]:

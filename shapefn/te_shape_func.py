@@ -445,17 +445,30 @@ def compile_shape_func(
     if cached is not None and cached.func is func:
         return cached.function, list(cached.out_ndims)
 
-    traced = trace(op_name, func, mask, sig_text)
-    _check_mask(traced, mask)
-    prim_func = te.create_prim_func([*traced.placeholders, *traced.outputs])
-    prim_func = prim_func.with_attr("global_symbol", _ENTRY_NAME)
+    prim_func, out_ndims = shape_func_prim_func(op_name, func, mask, sig_text)
     directory = Path(cache_dir) if cache_dir is not None else config.cache_dir()
-    function = _load_or_build(prim_func, directory)
+    function = _load_or_build(prim_func.with_attr("global_symbol", _ENTRY_NAME), directory)
 
-    compiled = _Compiled(func, function, tuple(traced.out_ndims))
+    compiled = _Compiled(func, function, tuple(out_ndims))
     with _compiled_lock:
         _compiled[key] = compiled
     return function, list(compiled.out_ndims)
+
+
+def shape_func_prim_func(
+    op_name: str, func: Callable[..., Any], mask: MaskLike, signature: SignatureLike
+) -> tuple[tirx.PrimFunc, list[int]]:
+    """``func`` traced at ``signature`` with ``mask`` verified, as a PrimFunc
+    with the calling convention ``compile_shape_func``'s functions have, and
+    the length of each output shape.
+
+    The compiler builds these into an executable's kernel library, so that
+    the executable carries its shape functions."""
+    sig_text, sig = _normalize_signature(signature)
+    mask = _normalize_mask(mask, len(sig), op_name)
+    traced = trace(op_name, func, mask, sig_text)
+    _check_mask(traced, mask)
+    return te.create_prim_func([*traced.placeholders, *traced.outputs]), list(traced.out_ndims)
 
 
 def clear_memory_cache() -> None:

@@ -180,7 +180,7 @@ def with_headers(files: list) -> list:
 class Field:
     offset: int
     fmt: str    # struct format
-    role: str   # length, count, code_length, nbytes, registers, dtype_*, device, dim, param_dim
+    role: str   # length, count, code_length, nbytes, registers, dtype_*, device, dim, param_dim, carried
     value: int
     symbols: int = 0  # a param_dim's function has this many symbols
 
@@ -224,6 +224,16 @@ def parse(blob: bytes, library_is_free: bool = True) -> Layout:
     tables["s"] = take("I", "count")
     for _ in range(tables["s"]):
         string()
+    for _ in range(take("I", "count")):  # carried shape functions
+        take("i", "carried")  # shape function index
+        take("i", "carried")  # outputs
+        for _ in range(take("I", "count")):
+            take("B")  # a mask flag: any byte is a flag
+        for _ in range(take("I", "count")):
+            string()  # signature
+            take("i", "carried")  # kernel index
+            for _ in range(take("I", "count")):
+                take("q", "carried")  # output rank
     tables["c"] = take("I", "count")
     for _ in range(tables["c"]):
         code, bits, _ = dtype()
@@ -333,6 +343,8 @@ def field_values(f: Field):
     if f.role == "param_dim":
         unknown = [-1 - f.symbols, -6 - f.symbols, INT64_MIN]
         return [(n, "format") for n in unknown] + [(n, "any") for n in (0, 1, 5, 7, 1 << 40)]
+    if f.role == "carried":  # indices and ranks: the verifier bounds every one
+        return [(n, "any") for n in (-1, 0, 1, v + 1, 0x7FFFFFFF, -(1 << 31))]
     if f.role == "device":
         return [(n, "format") for n in (2, -2, 0x7FFFFFFF, -(1 << 31))] + [(n, "any") for n in (0, 1, -1)]
     return []  # the parts of a dtype change together: see field_mutants

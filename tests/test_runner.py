@@ -412,8 +412,9 @@ def test_unknown_function(runner, saved_models, tmp_path):
 
 
 def test_python_shape_function_is_named(runner, tmp_path):
-    """Shape functions written in Python exist only in a Python process: the
-    runner names the op instead of failing somewhere later."""
+    """A hand-built program does not carry the shape functions written in
+    Python that it calls (compiled ones do: test_carried_shape_funcs.py):
+    the runner names the op instead of failing somewhere later."""
 
     @shapefn.register_shape_func("test.runner_doubled_rows", False, override=True)
     def doubled_rows(x):
@@ -428,7 +429,7 @@ def test_python_shape_function_is_named(runner, tmp_path):
     assert python_vm(tmp_path / "te.sfx", "sim")(x) == (6,)  # it runs where Python is
     np.save(tmp_path / "x.npy", x)
     stderr = failure(runner, ["te.sfx", "--device", "sim", "--input", "x.npy", "--output-dir", "o"], tmp_path)
-    assert "shape functions that are not built in: 'test.runner_doubled_rows'" in stderr
+    assert "neither built in nor carried by it: 'test.runner_doubled_rows'" in stderr
     assert "register_shape_func" in stderr
 
 

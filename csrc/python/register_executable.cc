@@ -13,12 +13,48 @@ namespace {
 
 DLDataType DTypeArg(const py::handle& h) { return DTypeFromString(h.cast<std::string>()); }
 
+// A carried shape function as Python sees it: {"shape_func": index,
+// "mask": [bool], "num_outputs": n, "builds": [{"signature": str,
+// "kernel": index, "out_ndims": [int]}]}.
+CarriedShapeFunc CarriedFromPython(const py::handle& h) {
+  py::dict d = h.cast<py::dict>();
+  CarriedShapeFunc c;
+  c.shape_func = d["shape_func"].cast<int32_t>();
+  c.mask = d["mask"].cast<std::vector<bool>>();
+  c.num_outputs = d["num_outputs"].cast<int32_t>();
+  for (py::handle b : d["builds"].cast<py::list>()) {
+    py::dict bd = b.cast<py::dict>();
+    c.builds.push_back(CarriedShapeFunc::Build{bd["signature"].cast<std::string>(), bd["kernel"].cast<int32_t>(),
+                                               bd["out_ndims"].cast<std::vector<int64_t>>()});
+  }
+  return c;
+}
+
+py::dict CarriedToPython(const CarriedShapeFunc& c) {
+  py::list builds;
+  for (const CarriedShapeFunc::Build& b : c.builds) {
+    py::dict bd;
+    bd["signature"] = b.signature;
+    bd["kernel"] = b.kernel;
+    bd["out_ndims"] = b.out_ndims;
+    builds.append(bd);
+  }
+  py::dict d;
+  d["shape_func"] = c.shape_func;
+  d["mask"] = c.mask;
+  d["num_outputs"] = c.num_outputs;
+  d["builds"] = builds;
+  return d;
+}
+
 std::shared_ptr<Executable> FromParts(const py::list& functions, const py::list& constants,
                                       const std::vector<std::string>& kernels,
-                                      const std::vector<std::string>& shape_funcs, const std::string& kernel_library) {
+                                      const std::vector<std::string>& shape_funcs, const std::string& kernel_library,
+                                      const py::list& carried_shape_funcs) {
   ExecutableParts parts;
   parts.kernels = kernels;
   parts.shape_funcs = shape_funcs;
+  for (py::handle c : carried_shape_funcs) parts.carried_shape_funcs.push_back(CarriedFromPython(c));
   parts.kernel_library = kernel_library;
   for (py::handle c : constants) {
     py::dict d = c.cast<py::dict>();
@@ -93,7 +129,7 @@ void RegisterExecutable(py::module_& m) {
 
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
       .def_static("from_parts", &FromParts, py::arg("functions"), py::arg("constants"), py::arg("kernels"),
-                  py::arg("shape_funcs"), py::arg("kernel_library"))
+                  py::arg("shape_funcs"), py::arg("kernel_library"), py::arg("carried_shape_funcs") = py::list())
       .def_static("load", &Executable::Load)
       .def_static("deserialize",
                   [](const py::bytes& b) {
@@ -116,6 +152,12 @@ void RegisterExecutable(py::module_& m) {
                              })
       .def_property_readonly("kernels", [](const Executable& e) { return e.kernels(); })
       .def_property_readonly("shape_funcs", [](const Executable& e) { return e.shape_funcs(); })
+      .def_property_readonly("carried_shape_funcs",
+                             [](const Executable& e) {
+                               py::list out;
+                               for (const CarriedShapeFunc& c : e.carried_shape_funcs()) out.append(CarriedToPython(c));
+                               return out;
+                             })
       .def_property(
           "kernel_library", [](const Executable& e) { return e.kernel_library(); },
           [](Executable& e, const std::string& name) { e.set_kernel_library(name); });

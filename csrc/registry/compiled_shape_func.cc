@@ -5,6 +5,7 @@
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/string.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -30,11 +31,47 @@ void ShapeFuncSignature(const ShapeFuncInput* inputs, int n, std::vector<uint64_
   for (int i = 0; i < n; ++i) key->push_back(InputKey(inputs[i]));
 }
 
-CompiledShapeFunc CompileShapeFunc(const ShapeFuncEntry& entry, const ShapeFuncInput* inputs, int n) {
+std::string ShapeFuncSignatureText(const ShapeFuncInput* inputs, int n) {
   std::string signature;
   for (int i = 0; i < n; ++i) {
     if (i) signature += ",";
     signature += DTypeToString(inputs[i].dtype) + ":" + std::to_string(inputs[i].ndim);
+  }
+  return signature;
+}
+
+std::vector<uint64_t> ParseShapeFuncSignature(const std::string& text) {
+  std::vector<uint64_t> key;
+  if (text.empty()) return key;
+  size_t start = 0;
+  while (true) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    const size_t colon = item.find(':');
+    const std::string rank = colon == std::string::npos ? "" : item.substr(colon + 1);
+    if (rank.empty() || rank.size() > 4 || rank.find_first_not_of("0123456789") != std::string::npos) {
+      Fail(ErrorKind::kFormat, "malformed shape-function signature '" + text + "': '" + item + "' is not dtype:ndim");
+    }
+    DLDataType dtype;
+    try {
+      dtype = DTypeFromString(item.substr(0, colon));
+    } catch (const Error&) {
+      Fail(ErrorKind::kFormat, "malformed shape-function signature '" + text + "': unknown dtype in '" + item + "'");
+    }
+    const ShapeFuncInput input{nullptr, std::stoi(rank), dtype, nullptr};
+    key.push_back(InputKey(input));
+    if (end == text.size()) return key;
+    start = end + 1;
+  }
+}
+
+CompiledShapeFunc CompileShapeFunc(const ShapeFuncEntry& entry, const ShapeFuncInput* inputs, int n) {
+  const std::string signature = ShapeFuncSignatureText(inputs, n);
+  if (!entry.compiler.defined()) {
+    Fail(ErrorKind::kType, "the shape function of '" + entry.name + "' was not compiled for inputs (" + signature +
+                               "): the executable carries it only for the signatures its program was compiled "
+                               "with, and no shape function of that name is registered in this process to compile "
+                               "others (shapefn.register_shape_func)");
   }
   CompiledShapeFunc compiled;
   ShapeFuncSignature(inputs, n, &compiled.signature);

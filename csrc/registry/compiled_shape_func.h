@@ -11,6 +11,7 @@
 #include <tvm/ffi/function.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "shapefn/registry.h"
@@ -25,9 +26,16 @@ struct CompiledShapeFunc {
 
 // The signature of `inputs`, into `key` (no allocation once it has room).
 void ShapeFuncSignature(const ShapeFuncInput* inputs, int n, std::vector<uint64_t>* key);
+// The same as text, "int64:1,float32:4": how compilers and messages name it.
+std::string ShapeFuncSignatureText(const ShapeFuncInput* inputs, int n);
+// The key of a signature given as text; raises Error(kFormat) naming
+// `text` when it is malformed.
+std::vector<uint64_t> ParseShapeFuncSignature(const std::string& text);
 
 // `entry` compiled for the signature of `inputs`; a failure raises a
 // runtime error naming the op and the signature, with TVM's error as cause.
+// An entry that cannot compile (a shape function an executable carries,
+// with no registration in this process) raises a type error naming both.
 CompiledShapeFunc CompileShapeFunc(const ShapeFuncEntry& entry, const ShapeFuncInput* inputs, int n);
 
 // The arguments of one call of a compiled shape function, reused from call

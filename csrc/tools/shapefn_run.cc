@@ -197,9 +197,13 @@ int Run(const Options& o) {
     std::string names;
     for (const std::string& m : missing) names += (names.empty() ? "'" : ", '") + m + "'";
     shapefn::Fail(shapefn::ErrorKind::kKey,
-                  "executable '" + o.executable + "' calls shape functions that are not built in: " + names +
-                      ". Shape functions registered from Python (shapefn.register_shape_func) are compiled by "
-                      "the Python process that registers them; run this executable with shapefn.VirtualMachine");
+                  "executable '" + o.executable +
+                      "' calls shape functions that are neither built in nor carried by "
+                      "it: " +
+                      names +
+                      ". shapefn.compile builds the shape functions a program calls into its "
+                      "executable; a program built by hand runs with shapefn.VirtualMachine in a process "
+                      "that registers them (shapefn.register_shape_func)");
   }
   const int function_index = program.executable->FunctionIndex(o.function);
 

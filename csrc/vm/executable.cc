@@ -114,6 +114,20 @@ std::vector<uint8_t> Executable::Serialize() const {
   for (const auto& k : kernels) w.Str(k);
   w.Pod<uint32_t>(static_cast<uint32_t>(shape_funcs.size()));
   for (const auto& s : shape_funcs) w.Str(s);
+  w.Pod<uint32_t>(static_cast<uint32_t>(p.carried_shape_funcs.size()));
+  for (const CarriedShapeFunc& c : p.carried_shape_funcs) {
+    w.Pod<int32_t>(c.shape_func);
+    w.Pod<int32_t>(c.num_outputs);
+    w.Pod<uint32_t>(static_cast<uint32_t>(c.mask.size()));
+    for (bool reads : c.mask) w.Pod<uint8_t>(reads ? 1 : 0);
+    w.Pod<uint32_t>(static_cast<uint32_t>(c.builds.size()));
+    for (const CarriedShapeFunc::Build& b : c.builds) {
+      w.Str(b.signature);
+      w.Pod<int32_t>(b.kernel);
+      w.Pod<uint32_t>(static_cast<uint32_t>(b.out_ndims.size()));
+      for (int64_t n : b.out_ndims) w.Pod<int64_t>(n);
+    }
+  }
   w.Pod<uint32_t>(static_cast<uint32_t>(constants.size()));
   for (const auto& c : constants) {
     w.DType(c.dtype);
@@ -178,6 +192,24 @@ std::shared_ptr<Executable> Executable::Deserialize(const uint8_t* data, size_t 
   for (uint64_t i = 0; i < n; ++i) parts.kernels.push_back(r.Str("kernel name"));
   n = r.Count("shape functions", 4);
   for (uint64_t i = 0; i < n; ++i) parts.shape_funcs.push_back(r.Str("shape function name"));
+  n = r.Count("carried shape functions", 16);
+  for (uint64_t i = 0; i < n; ++i) {
+    CarriedShapeFunc c;
+    c.shape_func = r.Pod<int32_t>("carried shape function index");
+    c.num_outputs = r.Pod<int32_t>("carried shape function outputs");
+    uint64_t arity = r.Count("carried shape function mask", 1);
+    for (uint64_t k = 0; k < arity; ++k) c.mask.push_back(r.Pod<uint8_t>("carried shape function mask") != 0);
+    uint64_t nb = r.Count("carried shape function builds", 12);
+    for (uint64_t k = 0; k < nb; ++k) {
+      CarriedShapeFunc::Build b;
+      b.signature = r.Str("carried shape function signature");
+      b.kernel = r.Pod<int32_t>("carried shape function kernel");
+      uint64_t no = r.Count("carried shape function output ranks", 8);
+      for (uint64_t o = 0; o < no; ++o) b.out_ndims.push_back(r.Pod<int64_t>("carried shape function output rank"));
+      c.builds.push_back(std::move(b));
+    }
+    parts.carried_shape_funcs.push_back(std::move(c));
+  }
   n = r.Count("constants", 20);
   for (uint64_t i = 0; i < n; ++i) {
     ConstantDef c;
@@ -236,6 +268,13 @@ std::shared_ptr<Executable> Executable::Load(const std::string& path) {
   return Deserialize(bytes.data(), bytes.size());
 }
 
+const CarriedShapeFunc* Executable::CarriedShapeFuncOf(size_t index) const {
+  for (const CarriedShapeFunc& c : parts_.carried_shape_funcs) {
+    if (static_cast<size_t>(c.shape_func) == index) return &c;
+  }
+  return nullptr;
+}
+
 int Executable::FunctionIndex(const std::string& name) const {
   for (size_t i = 0; i < functions().size(); ++i) {
     if (functions()[i].name == name) return static_cast<int>(i);
@@ -245,6 +284,12 @@ int Executable::FunctionIndex(const std::string& name) const {
 
 std::string Executable::Disassemble(bool operand_names) const {
   std::ostringstream os;
+  for (const CarriedShapeFunc& c : carried_shape_funcs()) {
+    for (const CarriedShapeFunc::Build& b : c.builds) {
+      os << "shape_func " << shape_funcs()[static_cast<size_t>(c.shape_func)] << "(" << b.signature << ") = kernel "
+         << kernels()[static_cast<size_t>(b.kernel)] << "\n";
+    }
+  }
   for (size_t i = 0; i < functions().size(); ++i) {
     const FunctionDef& f = functions()[i];
     os << "func#" << i << " " << f.name << "(";

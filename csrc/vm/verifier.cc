@@ -6,6 +6,7 @@
 
 #include <set>
 
+#include "registry/compiled_shape_func.h"
 #include "shapefn/error.h"
 #include "shapefn/tensor.h"
 
@@ -14,6 +15,10 @@ namespace shapefn {
 namespace {
 
 constexpr int64_t kMaxRegisters = 1 << 20;
+// Bounds on what a carried shape function declares (outputs, and the rank
+// of each output shape), far above any real op's.
+constexpr int32_t kMaxShapeFuncOutputs = 1 << 10;
+constexpr int64_t kMaxShapeRank = 1 << 10;
 
 bool ValidDType(DLDataType t) {
   if (t.lanes != 1) return false;
@@ -161,6 +166,47 @@ void CheckName(const std::string& name, const char* what) {
   }
 }
 
+// Each carried shape function is one of the executable's shape functions,
+// carried once, with a build per distinct signature that has the function's
+// arity and outputs and names one of the executable's kernels.
+void VerifyCarriedShapeFuncs(const Executable& exe) {
+  std::set<int32_t> carried;
+  for (const CarriedShapeFunc& c : exe.carried_shape_funcs()) {
+    if (c.shape_func < 0 || static_cast<size_t>(c.shape_func) >= exe.shape_funcs().size()) {
+      Fail(ErrorKind::kFormat,
+           "invalid executable: a carried shape function has index " + std::to_string(c.shape_func) + ", out of range");
+    }
+    const std::string where =
+        "invalid executable: carried shape function '" + exe.shape_funcs()[static_cast<size_t>(c.shape_func)] + "'";
+    if (!carried.insert(c.shape_func).second) Fail(ErrorKind::kFormat, where + " is carried twice");
+    if (c.num_outputs < 1 || c.num_outputs > kMaxShapeFuncOutputs) {
+      Fail(ErrorKind::kFormat, where + " has " + std::to_string(c.num_outputs) + " outputs");
+    }
+    std::set<std::vector<uint64_t>> signatures;
+    for (const CarriedShapeFunc::Build& b : c.builds) {
+      const std::vector<uint64_t> key = ParseShapeFuncSignature(b.signature);
+      if (key.size() != c.mask.size()) {
+        Fail(ErrorKind::kFormat, where + " build (" + b.signature + ") has " + std::to_string(key.size()) +
+                                     " inputs, its mask " + std::to_string(c.mask.size()));
+      }
+      if (!signatures.insert(key).second) Fail(ErrorKind::kFormat, where + " has two builds (" + b.signature + ")");
+      if (b.kernel < 0 || static_cast<size_t>(b.kernel) >= exe.kernels().size()) {
+        Fail(ErrorKind::kFormat,
+             where + " build (" + b.signature + ") names kernel " + std::to_string(b.kernel) + ", out of range");
+      }
+      if (b.out_ndims.size() != static_cast<size_t>(c.num_outputs)) {
+        Fail(ErrorKind::kFormat, where + " build (" + b.signature + ") gives " + std::to_string(b.out_ndims.size()) +
+                                     " output ranks for " + std::to_string(c.num_outputs) + " outputs");
+      }
+      for (int64_t n : b.out_ndims) {
+        if (n < 0 || n > kMaxShapeRank) {
+          Fail(ErrorKind::kFormat, where + " build (" + b.signature + ") has output rank " + std::to_string(n));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 DLDataType DecodeDType(int64_t word) {
@@ -186,6 +232,7 @@ void VerifyExecutable(const Executable& exe) {
                                   kernel_library == "." || kernel_library == "..")) {
     Fail(ErrorKind::kFormat, "invalid executable: kernel library must be a file name beside the executable");
   }
+  VerifyCarriedShapeFuncs(exe);
   for (size_t i = 0; i < constants.size(); ++i) {
     const ConstantDef& c = constants[i];
     std::string where = "invalid executable: constant " + std::to_string(i);

@@ -45,6 +45,27 @@ void VirtualMachine::ResetCounters() { impl_->ResetCounters(); }
 const Counters& VirtualMachine::constant_counters() const { return impl_->constant_counters(); }
 size_t VirtualMachine::pool_high_water_bytes(int slot) const { return impl_->pool_high_water_bytes(slot); }
 
+namespace {
+
+// The entry of a shape function the executable carries: its own mask, and
+// no native code. Signatures it was not compiled for are compiled by the
+// registration of the same shape function in this process, if there is one.
+ShapeFuncEntryPtr CarriedEntry(const std::string& op, const CarriedShapeFunc& carried) {
+  auto entry = std::make_shared<ShapeFuncEntry>();
+  entry->name = op;
+  entry->mask = carried.mask;
+  entry->arity = static_cast<int>(carried.mask.size());
+  entry->num_outputs = carried.num_outputs;
+  ShapeFuncRegistry& registry = ShapeFuncRegistry::Global();
+  if (registry.Contains(op)) {
+    ShapeFuncEntryPtr registered = registry.Lookup(op);
+    if (registered->native == nullptr && registered->mask == carried.mask) entry->compiler = registered->compiler;
+  }
+  return entry;
+}
+
+}  // namespace
+
 VirtualMachine::Impl::Impl(std::shared_ptr<const Executable> exe, std::shared_ptr<Device> device, VMOptions options,
                            const std::map<std::string, tvm::ffi::Function>& kernels)
     : exe_(std::move(exe)), options_(options) {
@@ -70,10 +91,19 @@ VirtualMachine::Impl::Impl(std::shared_ptr<const Executable> exe, std::shared_pt
     kernels_.push_back(*global);
     kernel_takes_tensors_.push_back(true);
   }
-  for (const std::string& op : exe_->shape_funcs()) {
-    shape_funcs_.push_back(ShapeFuncRegistry::Global().Lookup(op));
+  compiled_.resize(exe_->shape_funcs().size());
+  for (size_t i = 0; i < exe_->shape_funcs().size(); ++i) {
+    const CarriedShapeFunc* carried = exe_->CarriedShapeFuncOf(i);
+    if (carried == nullptr) {
+      shape_funcs_.push_back(ShapeFuncRegistry::Global().Lookup(exe_->shape_funcs()[i]));
+      continue;
+    }
+    shape_funcs_.push_back(CarriedEntry(exe_->shape_funcs()[i], *carried));
+    for (const CarriedShapeFunc::Build& build : carried->builds) {
+      compiled_[i].push_back(CompiledShapeFunc{ParseShapeFuncSignature(build.signature),
+                                               kernels_[static_cast<size_t>(build.kernel)], build.out_ndims});
+    }
   }
-  compiled_.resize(shape_funcs_.size());
   for (const ShapeFuncEntryPtr& entry : shape_funcs_) {
     const bool all = options_.dependence == Dependence::kPerOp && entry->AnyValue();
     uint64_t bits = 0;

@@ -16,11 +16,13 @@ native stack instead).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import tvm
 from tvm import relax, tirx
 
+from .. import registry, te_shape_func
 from ..builder import Label, Param, ProgramBuilder, Reg
 from .copies import ConstantTable, Copies
 from .placement import ALLOC_TENSOR, HOST, ModulePlacement, Placement, is_prim, is_tensor_const, key
@@ -42,6 +44,9 @@ class GeneratedProgram:
     program: ProgramBuilder
     kernels: dict[str, str] = field(default_factory=dict)
     host_kernels: set[str] = field(default_factory=set)
+    #: Shape functions written in Python, as host kernels the executable
+    #: carries (by kernel name): built into its library with the rest.
+    shape_func_kernels: dict[str, tirx.PrimFunc] = field(default_factory=dict)
 
 
 def generate(mod: tvm.IRModule, placement: ModulePlacement, readbacks: ReadbackSchedule,
@@ -65,6 +70,7 @@ class _ModuleCodegen:
         self.program = self.out.program
         self.constants = ConstantTable(self.program)
         self._host_names: dict[str, str] = {}
+        self._carried: set[tuple[str, str]] = set()  # (op, signature) compiled ahead
 
     def run(self) -> GeneratedProgram:
         functions = [(gv, f) for gv, f in self.mod.functions.items() if isinstance(f, relax.Function)]
@@ -88,6 +94,23 @@ class _ModuleCodegen:
         if slot == HOST:
             self.out.host_kernels.add(name)
         return name
+
+    def carry_shape_func(self, op_name: str, args) -> None:
+        """Compiles the shape function of ``op_name`` ahead for the signature
+        of ``args`` when it is written in Python, so that the executable
+        carries it: runs without the registration, in any process."""
+        registered = registry.python_shape_func(op_name)
+        signature = _signature(args)
+        if registered is None or signature is None or (op_name, signature) in self._carried:
+            return
+        func, mask = registered
+        prim_func, out_ndims = te_shape_func.shape_func_prim_func(op_name, func, mask, signature)
+        taken = {gv.name_hint for gv in self.mod.functions} | set(self.out.shape_func_kernels)
+        name = _unique("shape_func_" + re.sub(r"\W", "_", op_name), taken)
+        self._carried.add((op_name, signature))
+        self.out.shape_func_kernels[name] = prim_func
+        self.out.host_kernels.add(name)
+        self.program.carry_shape_func(op_name, mask, signature, name, out_ndims)
 
 
 class _FunctionCodegen:
@@ -427,8 +450,27 @@ class _FunctionCodegen:
                 inputs.append(self.value(a))
         ty = call.ty
         n_out = len(ty.fields) if isinstance(ty, relax.TupleType) else 1
+        self.module.carry_shape_func(op_name, call.args[2:])
         outs = self.fb.shape_func(op_name, inputs, n_out, attrs)
         return outs[0] if n_out == 1 else self.fb.make_tuple(outs)
+
+
+def _signature(args) -> str | None:
+    """The input signature the VM will see for shape-function inputs
+    ``args`` ("float32:4,int64:1": dtype and rank, shapes as int64 vectors,
+    ints as int64 scalars), or None where a rank is unknown."""
+    items = []
+    for arg in args:
+        ty = arg.ty
+        if isinstance(ty, relax.TensorType) and ty.ndim >= 0:
+            items.append(f"{ty.dtype}:{ty.ndim}")
+        elif isinstance(ty, relax.ShapeType):
+            items.append("int64:1")
+        elif isinstance(ty, tvm.ir.PrimType) and str(ty.dtype).startswith(("int", "uint")):
+            items.append("int64:0")
+        else:
+            return None
+    return ",".join(items)
 
 
 def _is_kill(value) -> bool:

@@ -90,9 +90,10 @@ def schedule_kernels(mod: tvm.IRModule, generated: codegen.GeneratedProgram,
                      target: tvm.target.Target) -> target_schedule.ScheduledKernels | None:
     """The PrimFuncs the program invokes, under the names it invokes them
     by, scheduled for the processor codegen placed each on (None if none)."""
-    if not generated.kernels:
+    if not generated.kernels and not generated.shape_func_kernels:
         return None
     kernels = {name: mod[func] for name, func in generated.kernels.items()}
+    kernels.update(generated.shape_func_kernels)
     return target_schedule.schedule(kernels, target, host=generated.host_kernels)
 
 

@@ -40,13 +40,31 @@ struct ConstantDef {
   std::vector<uint8_t> bytes;
 };
 
+// A shape function the executable carries: one registered from Python,
+// compiled ahead of time to host code for each input signature the program
+// calls it with. A VM made from the executable uses it (with the mask it was
+// compiled under) in place of the registry's entry, so no registration is
+// needed where the executable runs.
+struct CarriedShapeFunc {
+  struct Build {
+    std::string signature;           // per input "dtype:ndim", comma-separated: "int64:1,float32:4"
+    int32_t kernel = 0;              // index into kernels: the compiled host function
+    std::vector<int64_t> out_ndims;  // the length of each output shape
+  };
+  int32_t shape_func = 0;  // index into shape_funcs
+  std::vector<bool> mask;  // one flag per input: true where the function reads the value
+  int32_t num_outputs = 1;
+  std::vector<Build> builds;
+};
+
 // What an executable is made of, as the Python builder or a file gives it.
 struct ExecutableParts {
   std::vector<FunctionDef> functions;
   std::vector<ConstantDef> constants;
   std::vector<std::string> kernels;      // kernel names, resolved when a VM is created
   std::vector<std::string> shape_funcs;  // registry op names
-  std::string kernel_library;            // file beside the executable, "" if none
+  std::vector<CarriedShapeFunc> carried_shape_funcs;
+  std::string kernel_library;  // file beside the executable, "" if none
 };
 
 // A verified executable: constructing one checks every table and every
@@ -54,7 +72,7 @@ struct ExecutableParts {
 // name of its kernel library (checked again when a saved file is loaded).
 class Executable {
  public:
-  static constexpr uint32_t kFormatVersion = 2;
+  static constexpr uint32_t kFormatVersion = 3;
 
   // Throws Error(kFormat) naming the first problem.
   explicit Executable(ExecutableParts parts);
@@ -67,6 +85,9 @@ class Executable {
   const std::vector<ConstantDef>& constants() const { return parts_.constants; }
   const std::vector<std::string>& kernels() const { return parts_.kernels; }
   const std::vector<std::string>& shape_funcs() const { return parts_.shape_funcs; }
+  const std::vector<CarriedShapeFunc>& carried_shape_funcs() const { return parts_.carried_shape_funcs; }
+  // The carried shape function of shape_funcs()[index], or null.
+  const CarriedShapeFunc* CarriedShapeFuncOf(size_t index) const;
   const std::string& kernel_library() const { return parts_.kernel_library; }
   void set_kernel_library(std::string name) { parts_.kernel_library = std::move(name); }
 

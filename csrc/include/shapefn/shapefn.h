@@ -80,14 +80,15 @@ inline Program LoadProgram(const std::string& path) {
   return program;
 }
 
-// The shape functions `exe` calls that this process has not registered.
-// Without Python only the built-in (native C++) ones exist: shape functions
-// written in Python with shapefn.register_shape_func are compiled by TVM in
-// the Python process that registered them.
+// The shape functions `exe` calls that it does not carry and this process
+// has not registered. Without Python only the built-in (native C++) ones are
+// registered; an executable compiled by shapefn.compile carries the ones
+// written in Python (shapefn.register_shape_func), compiled for its program.
 inline std::vector<std::string> MissingShapeFuncs(const Executable& exe) {
   std::vector<std::string> missing;
-  for (const std::string& op : exe.shape_funcs()) {
-    if (!ShapeFuncRegistry::Global().Contains(op)) missing.push_back(op);
+  for (size_t i = 0; i < exe.shape_funcs().size(); ++i) {
+    const std::string& op = exe.shape_funcs()[i];
+    if (exe.CarriedShapeFuncOf(i) == nullptr && !ShapeFuncRegistry::Global().Contains(op)) missing.push_back(op);
   }
   return missing;
 }
