@@ -1,6 +1,8 @@
 """The CPU schedule for reductions (matmul, convolution): applied only where
 its rule matches, and bit for bit the unscheduled kernel's results (each
 output still sums its products in the same order)."""
+import functools
+
 import numpy as np
 import pytest
 import tvm
@@ -92,6 +94,25 @@ def test_convolution_with_runtime_sizes_is_bitwise_unchanged(rng, groups, channe
 def test_kernels_outside_the_rule_are_left_alone():
     n = tirx.Var("n", "int64")
     x = relax.Var("x", relax.TensorType([n, 8], "float32"))
-    for func in (legalized(lambda v: relax.op.sum(v, axis=[1]), [x]),  # one spatial iterator
-                 legalized(relax.op.nn.relu, [x])):  # no reduction
-        assert cpu_schedule.schedule(func).same_as(func)
+    func = legalized(relax.op.nn.relu, [x])  # no reduction
+    assert cpu_schedule.schedule(func).same_as(func)
+    func = legalized(lambda v: relax.op.sum(v, axis=[1]), [x])  # one spatial iterator: not tiled
+    assert not has_parallel_loop(cpu_schedule.schedule(func))
+
+
+@pytest.mark.parametrize("op, reference", [(relax.op.sum, np.sum), (relax.op.prod, np.prod),
+                                           (relax.op.max, functools.partial(np.max, initial=np.iinfo(np.int64).min))])
+@pytest.mark.parametrize("axis", [[0], [1], None])
+@pytest.mark.parametrize("rows, cols", [(3, 0), (0, 5)])
+def test_reductions_over_nothing_give_their_initial_value(op, reference, axis, rows, cols):
+    """TVM writes a reduction's initial value in the first iteration of its
+    loops, so over an empty axis the output was left unwritten (ReduceSum of
+    an empty int64 tensor gave what the memory held: found by fuzzing)."""
+    n, m = tirx.Var("n", "int64"), tirx.Var("m", "int64")
+    x = relax.Var("x", relax.TensorType([n, m], "int64"))
+    kernel = compiled(cpu_schedule.schedule(legalized(lambda v: op(v, axis=axis), [x])))
+    data = np.zeros((rows, cols), np.int64)
+    want = reference(data, axis=None if axis is None else axis[0])
+    out = tvm.runtime.tensor(np.full(np.shape(want), 12345, np.int64))  # (what the memory held)
+    kernel(tvm.runtime.tensor(data), out)
+    np.testing.assert_array_equal(out.numpy(), want)

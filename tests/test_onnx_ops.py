@@ -8,6 +8,7 @@ to those on sim) and compared with onnxruntime. Element-wise, layout and
 network ops here; ops whose shapes come from values in
 test_onnx_ops_dynamic.py."""
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -60,6 +61,12 @@ def elementwise_cases():
                        ("Floor", -3, 3), ("Ceil", -3, 3), ("Relu", -3, 3), ("Identity", -3, 3)):
         yield op, *unary(op, lo, hi)
     yield "HardSigmoid", *unary("HardSigmoid", -8, 8, alpha=1 / 6)
+    # NaN stays NaN (found by fuzzing: TVM's max and clip gave 0 and 1)
+    yield "HardSigmoid-nan-alpha", *unary("HardSigmoid", alpha=float("nan"))
+    for op in ("Relu", "Clip", "HardSigmoid"):
+        m, feeds = unary(op)
+        yield f"{op}-nan", m, [[np.where(np.arange(x.size).reshape(x.shape) % 2, x, np.nan).astype(np.float32)]
+                               for (x,) in feeds]
     for op in ("Add", "Sub", "Mul", "Div", "Max", "Min"):
         yield f"{op}-float", *binary(op)
     for op in ("Add", "Sub", "Mul", "Div"):  # shape arithmetic
@@ -179,6 +186,19 @@ def reduce_cases():
     # keepdims other than 0 and 1 (found by fuzzing): only 1 keeps, as onnxruntime reads it
     yield "ReduceMax-keepdims2", model([node("ReduceMax", ["x"], ["y"], axes=[1], keepdims=2)],
                                        [("x", F, ["N", 4])], [("y", F, None)]), [[uniform((n, 4))] for n in (5, 2)]
+    # Over nothing, known only at run time (found by fuzzing: the output was
+    # left unwritten, -FLT_MAX for -inf, a mean of 0 / 0)
+    for op in ("ReduceMax", "ReduceMin", "ReduceMean", "ReduceSum", "ReduceProd"):
+        for dtype, values in ((F, uniform), (I64, lambda shape: rng.integers(-9, 9, shape))):
+            for name, attrs in (("all", {}), ("axis0", {"axes": [0]})):
+                yield f"{op}-{name}-over-nothing-{helper.tensor_dtype_to_np_dtype(dtype)}", model(
+                    [node(op, ["x"], ["y"], keepdims=0, **attrs)], [("x", dtype, ["N", 4])], [("y", dtype, None)]), \
+                    [[values((n, 4))] for n in (0, 3)]
+    # an empty axes list: as absent (all axes), as onnxruntime reads it (TVM's importer refused it)
+    empty_axes = node("ReduceMax", ["x"], ["y"], keepdims=0)
+    empty_axes.attribute.append(helper.make_attribute("axes", [], attr_type=onnx.AttributeProto.INTS))
+    yield "ReduceMax-empty-axes-list", model([empty_axes], [("x", F, ["N", 4])], [("y", F, None)]), \
+        [[uniform((n, 4))] for n in (3, 0)]
     # The If condition: ReduceProd(Shape(boxes)) == 0.
     yield "ReduceProd-of-shape", model(
         [node("Shape", ["x"], ["s"]), node("ReduceProd", ["s"], ["p"], keepdims=0),

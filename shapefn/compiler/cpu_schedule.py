@@ -15,7 +15,10 @@ unscheduled kernel.
 Only a block whose iterators are spatial then reduction (``S..SR..R``, at
 least two spatial) with at least ``_MIN_REDUCTION`` products per output (or
 a reduction of runtime extent) is scheduled: a depthwise convolution's 9 per
-output ran slower in tiles. Every other kernel is returned unchanged.
+output ran slower in tiles. In every other kernel that reduces, each
+reduction's initial value is written before its loops (``_init_first``):
+TVM writes it in the first iteration, so a reduction over an empty axis left
+its output unwritten.
 """
 from __future__ import annotations
 
@@ -25,33 +28,54 @@ import tvm_ffi
 from tvm import s_tir, tirx
 
 # Part of every CPU kernel's cache key: a change here recompiles them.
-VERSION = "reduction-2"
+VERSION = "reduction-3"
 _ROWS = 4
 _LANES = (64, 32, 16, 8, 4)
 _MIN_REDUCTION = 32
 
 
 def schedule(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """``func`` scheduled for the CPU, or ``func`` itself if no rule applies."""
+    """``func`` scheduled for the CPU, or ``func`` itself if it does not reduce."""
     if not _reduces(func):
         return func  # most kernels: decided without building a Schedule (every compile schedules every kernel)
     sch = s_tir.Schedule(func)
     blocks = sch.get_child_blocks(sch.get_sblock("root")) if _has_root(func) else []
-    spatial, reduce = tirx.IterVar.DataPar, tirx.IterVar.CommReduce
+    reduce = tirx.IterVar.CommReduce
     reductions = [b for b in blocks if any(iv.iter_type == reduce for iv in sch.get(b).iter_vars)]
-    if len(reductions) != 1:
-        return func
-    block = reductions[0]
+    if len(reductions) == 1 and _tiled(sch, reductions[0]):
+        return sch.mod["main"]
+    for block in reductions:
+        _init_first(sch, block)
+    return sch.mod["main"]
+
+
+def _init_first(sch: s_tir.Schedule, block) -> None:
+    """A reduction's initial value written before its reduction loops, not
+    in their first iteration (TVM's lowering), so that a reduction over
+    nothing (ReduceMax of an empty tensor) gives it rather than leaving its
+    output unwritten. Blocks whose loops do not allow it stay as they are."""
+    kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
+    loops = sch.get_loops(block)
+    n_reduce = kinds.count(tirx.IterVar.CommReduce)
+    if len(loops) != len(kinds) or kinds[len(kinds) - n_reduce:] != [tirx.IterVar.CommReduce] * n_reduce:
+        return  # (not a block as TE makes them: spatial loops, then one loop per reduction iterator)
+    sch.decompose_reduction(block, loops[len(loops) - n_reduce])
+
+
+def _tiled(sch: s_tir.Schedule, block) -> bool:
+    """Tiles the reduction ``block`` as the module's docstring says; False
+    (``sch`` unchanged) where the rule does not apply."""
+    spatial, reduce = tirx.IterVar.DataPar, tirx.IterVar.CommReduce
     kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
     n_spatial = kinds.index(reduce)
     if n_spatial < 2 or any(k != spatial for k in kinds[:n_spatial]) or any(k != reduce for k in kinds[n_spatial:]):
-        return func
+        return False
     loops = sch.get_loops(block)
     if len(loops) != len(kinds):
-        return func
+        return False
     extents = [sch.get(loop).extent for loop in loops[n_spatial:]]
     if all(isinstance(e, tirx.IntImm) for e in extents) and math.prod(e.value for e in extents) < _MIN_REDUCTION:
-        return func  # a depthwise convolution: too little work per output for tiles to pay
+        return False  # a depthwise convolution: too little work per output for tiles to pay
     columns = sch.get(loops[n_spatial - 1]).extent
     lanes = next((v for v in _LANES if isinstance(columns, tirx.IntImm) and columns.value % v == 0), None)
     *outer, rows, cols = loops[:n_spatial]
@@ -65,7 +89,7 @@ def schedule(func: tirx.PrimFunc) -> tirx.PrimFunc:
         sch.reorder(*outer, row_tile, *ks, row, cols)
     sch.parallel(sch.fuse(*outer, row_tile) if outer else row_tile)
     sch.decompose_reduction(block, ks[0])  # (last: a vectorized loop over a split-off init is refused)
-    return sch.mod["main"]
+    return True
 
 
 def _reduces(func: tirx.PrimFunc) -> bool:

@@ -1,5 +1,6 @@
 """Legalizations shapefn overrides in TVM's ``LegalizeOps``.
 
+``relu`` and ``clip``, which give a number for NaN where ONNX keeps NaN;
 ``broadcast_to`` from a size-1 dimension known only at run time and
 ``resize2d`` with symbolic output sizes, because TVM's are wrong there (build
 failures, off-by-one pixels against onnxruntime); ``concat`` of many inputs
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import functools
 
-from tvm import ir, relax, tirx, topi
+from tvm import ir, relax, te, tirx, topi
 
 from .kernels import dynamic, resize, scan
 from .kernels.concat import sequential_concat
@@ -40,7 +41,85 @@ def legalize_map(gpu: bool = False) -> dict:
             "relax.scatter_elements": functools.partial(legalize_scatter_elements, gpu=gpu),
             "relax.topk": functools.partial(legalize_topk, gpu=gpu),
             "relax.cumsum": functools.partial(legalize_cumulative, op="sum", gpu=gpu),
-            "relax.cumprod": functools.partial(legalize_cumulative, op="prod", gpu=gpu)}
+            "relax.cumprod": functools.partial(legalize_cumulative, op="prod", gpu=gpu),
+            "relax.nn.relu": legalize_relu, "relax.clip": legalize_clip,
+            "relax.max": functools.partial(legalize_reduction, op="max"),
+            "relax.min": functools.partial(legalize_reduction, op="min"),
+            "relax.mean": functools.partial(legalize_reduction, op="mean")}
+
+
+# What a reduction over nothing gives, as onnxruntime has it (ReduceMax of an
+# empty float tensor is -inf; TVM's identity is the lowest finite value), by
+# op and dtype kind; absent: TVM's identity is right.
+_EMPTY_REDUCTION = {("max", "f"): float("-inf"), ("min", "f"): float("inf"), ("mean", "f"): 0.0, ("mean", "i"): 0,
+                    ("mean", "u"): 0}
+
+
+def legalize_reduction(bb: relax.BlockBuilder, call: relax.Call, op: str) -> relax.Expr:
+    """``relax.max`` / ``min`` / ``mean`` that give onnxruntime's value where
+    the reduced axes hold nothing at run time (``_EMPTY_REDUCTION``; TVM
+    handles only sizes 0 known at import time); a mean of integers does not
+    divide by 0 there."""
+    data = call.args[0]
+    dtype = str(data.ty.dtype)
+    empty = _EMPTY_REDUCTION.get((op, "f" if "float" in dtype else dtype[0]))
+    if empty is None or data.ty.shape is None:
+        return _default_legalization(bb, call)
+    ndim = data.ty.ndim
+    axes = [int(a) % ndim for a in call.attrs.axis] if call.attrs.axis is not None else list(range(ndim))
+    keepdims = bool(call.attrs.keepdims)
+
+    def reduce(x):
+        count = functools.reduce(lambda a, b: a * b, [x.shape[a] for a in axes], tirx.const(1, "int64"))
+        if op == "mean":
+            total = topi.sum(x, axes, keepdims)
+
+            def value(*i):
+                mean = (total(*i) / tirx.Cast(dtype, count) if "float" in dtype
+                        else tirx.truncdiv(total(*i), tirx.Cast(dtype, tirx.max(count, 1))))
+                return tirx.if_then_else(count == 0, tirx.const(empty, dtype), mean)
+        else:
+            result = (topi.max if op == "max" else topi.min)(x, axes, keepdims)
+
+            def value(*i):
+                return tirx.if_then_else(count == 0, tirx.const(empty, dtype), result(*i))
+        shape = [1 if a in axes else d for a, d in enumerate(x.shape)] if keepdims \
+            else [d for a, d in enumerate(x.shape) if a not in axes]
+        return te.compute(shape, value, name=op)
+
+    return bb.call_te(reduce, data, primfunc_name_hint=op)
+
+
+def legalize_relu(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """``relax.nn.relu`` keeping NaN, as ONNX's Relu (onnxruntime) does:
+    TVM's ``max(x, 0)`` compiles to a compare-and-select that gives 0."""
+    (data,) = call.args
+    if "float" not in str(data.ty.dtype):
+        return _default_legalization(bb, call)
+
+    def relu(x):
+        zero = tirx.const(0, x.dtype)
+        return te.compute(x.shape, lambda *i: _nan_kept(x(*i), tirx.max(x(*i), zero)), name="relu")
+
+    return bb.call_te(relu, data, primfunc_name_hint="relu")
+
+
+def legalize_clip(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """``relax.clip`` keeping NaN, as ONNX's Clip and HardSigmoid do (a NaN
+    ``alpha`` makes every element NaN there); TVM's clip gives a bound."""
+    data, low, high = call.args
+    if "float" not in str(data.ty.dtype):
+        return _default_legalization(bb, call)
+
+    def clip(x, a_min, a_max):
+        a_min, a_max = tirx.Cast(x.dtype, a_min), tirx.Cast(x.dtype, a_max)
+        return te.compute(x.shape, lambda *i: _nan_kept(x(*i), tirx.max(tirx.min(x(*i), a_max), a_min)), name="clip")
+
+    return bb.call_te(clip, data, low, high, primfunc_name_hint="clip")
+
+
+def _nan_kept(value, result):
+    return tirx.Select(tirx.isnan(value), value, result)
 
 
 def legalize_topk(bb: relax.BlockBuilder, call: relax.Call, gpu: bool = False) -> relax.Expr:

@@ -96,6 +96,12 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
             return tvm.tirx.Var(f"{input_name}_dim{axis}", "int64")
         return int(dim)
 
+    def _parse_attr(self, attr_proto):
+        """Attributes as TVM's importer reads them, except that an empty list
+        counts as absent (as onnxruntime reads one: ``axes=[]`` of a
+        reduction reduces every axis) where TVM's refuses it."""
+        return super()._parse_attr([a for a in attr_proto if not _empty_list(a)])
+
     def _construct_nodes(self, graph):
         for node in graph.node:
             self._construct_node(node)
@@ -237,6 +243,15 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
             return sizes
         inputs = _converter_inputs(self.bb, inputs, op_name in _TVM_TAKES_SHAPES, scalars)
         return super()._convert_operator(op_name, inputs, attrs, opset)
+
+
+_LIST_FIELDS = {onnx.AttributeProto.INTS: "ints", onnx.AttributeProto.FLOATS: "floats",
+                onnx.AttributeProto.STRINGS: "strings", onnx.AttributeProto.TENSORS: "tensors",
+                onnx.AttributeProto.GRAPHS: "graphs"}
+
+
+def _empty_list(attr) -> bool:
+    return attr.type in _LIST_FIELDS and not len(getattr(attr, _LIST_FIELDS[attr.type]))
 
 
 def _described(node) -> str:
@@ -400,14 +415,25 @@ def _check_model(model: onnx.ModelProto) -> None:
         onnx.checker.check_model(_for_checker(model))
     except onnx.checker.ValidationError as err:
         raise InvalidOnnxModel(f"the ONNX model is malformed: {err}") from None
+    try:
+        # What onnxruntime checks when it loads a model: each node's types,
+        # attributes and static shapes against its operator's inference
+        # (negative pads, a split larger than its axis, a convolution
+        # window larger than its input), which TVM would otherwise find
+        # only while compiling, naming no node.
+        onnx.shape_inference.infer_shapes(_for_checker(model, shape_unshaped=False), check_type=False,
+                                          strict_mode=True)
+    except onnx.shape_inference.InferenceError as err:
+        raise InvalidOnnxModel(f"the ONNX model fails ONNX's shape inference: {err}") from None
 
 
-def _for_checker(model: onnx.ModelProto) -> onnx.ModelProto:
+def _for_checker(model: onnx.ModelProto, shape_unshaped: bool = True) -> onnx.ModelProto:
     """``model`` as onnx.checker should see it, on a copy when it differs:
 
     * the checker requires a shape on every graph input and output; TVM's
       importer (and so shapefn) takes ones of unknown rank, so those get an
-      empty shape that nothing reads;
+      empty shape that nothing reads (with ``shape_unshaped``: shape
+      inference would read it as rank 0);
     * nodes it has no current schema for although they are imported (and
       run by onnxruntime) — Microsoft contrib operators, operators the
       model's opset predates (LayerNormalization before opset 17, which
@@ -416,15 +442,17 @@ def _for_checker(model: onnx.ModelProto) -> onnx.ModelProto:
       it does not check (it still checks how the graph uses them)."""
     opset = _default_opset(model)
 
-    def unshaped(values):
-        return [v for v in values if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape")]
-
     def unchecked(node):
         if node.domain == _MICROSOFT_DOMAIN:
             return True
         if node.domain not in _DEFAULT_DOMAINS:
             return False
         return not onnx.defs.has(node.op_type, opset, "") or onnx.defs.get_schema(node.op_type, opset, "").deprecated
+
+    def unshaped(values):
+        if not shape_unshaped:
+            return []
+        return [v for v in values if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape")]
 
     if not unshaped([*model.graph.input, *model.graph.output]) and not any(map(unchecked, _all_nodes(model.graph))):
         return model
