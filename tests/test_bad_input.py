@@ -298,6 +298,14 @@ def test_nodes_onnx_shape_inference_refuses_name_the_node(nodes, message):
     # inputs of different ranks, refused (as onnxruntime does) by ONNX's shape inference, naming the node
     ([helper.make_node("Concat", ["x", "m"], ["y"], name="cat", axis=0)], InvalidOnnxModel,
      r"fails ONNX's shape inference: .*\(op_type:Concat, node name: cat\): .*must have same rank"),
+    # an If on a float condition (found by fuzzing: a TypeError naming nothing at run time)
+    ([helper.make_node("ReduceMax", ["x"], ["c"], keepdims=0),
+      helper.make_node("If", ["c"], ["y"], name="branch",
+                       then_branch=helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "then", [],
+                                                     [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)]),
+                       else_branch=helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                                                     [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)]))],
+     InvalidOnnxModel, r"ONNX node 'branch' \(If\): input 0 \('c'\) is tensor\(float\), which If does not take"),
     # a rank that depends on the values of unknown sizes
     ([helper.make_node("Squeeze", ["x"], ["y"], name="sq")], ValueError,
      r"ONNX node 'sq' \(Squeeze\): Squeeze without axes needs every size of its input known"),
@@ -322,6 +330,33 @@ def test_files_that_are_not_onnx_models(tmp_path):
         shapefn.from_onnx(tmp_path / "missing.onnx")
     with pytest.raises(TypeError, match="from_onnx takes an onnx.ModelProto or a path, got bytes"):
         shapefn.from_onnx(b"\x08\x07")
+
+
+def _clipped(indices, extent):
+    return np.clip(indices, 0, extent - 1)
+
+
+@pytest.mark.parametrize("op, attrs, indices, reference", [
+    ("Gather", {"axis": 0}, np.array([[0, 7], [-1, 1_000_000]]),
+     lambda x, i: np.take(x, _clipped(np.where(i < 0, i + len(x), i), len(x)), axis=0)),
+    ("GatherElements", {"axis": 1}, np.array([[0, 9, 2, 1], [3, -70, 1, 0], [5, 0, 0, 2]]),
+     lambda x, i: np.take_along_axis(x, _clipped(np.where(i < 0, i + x.shape[1], i), x.shape[1]), axis=1)),
+    ("GatherND", {}, np.array([[2, 1], [5, 0], [0, 40]]),
+     lambda x, i: x[_clipped(i[:, 0], x.shape[0]), _clipped(i[:, 1], x.shape[1])]),
+])
+def test_gather_indices_out_of_range_read_no_memory_outside_the_data(op, attrs, indices, reference):
+    """onnxruntime raises for an index out of range; a kernel on a GPU device
+    cannot, and TVM's read out of bounds (a crash, found by fuzzing):
+    shapefn clamps it to the nearest element."""
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x", "i"], ["y"], **attrs)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, ["m", len(indices[0])])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    vm = shapefn.VirtualMachine(shapefn.compile(shapefn.from_onnx(model), "host"), "host")
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(vm(x, indices).numpy(), reference(x, indices))
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -28,6 +28,13 @@ def topk_cases():
     yield "TopK-runtime-k", model([node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=1, sorted=1)],
                              [("x", F, [1, "N"]), ("k", I64, [1])], [("v", F, None), ("i", I64, None)]), \
         [[uniform((1, 10)), i64(4)], [uniform((1, 5)), i64(0)], [uniform((1, 6)), i64(6)]]
+    # largest other than 0 and 1 (found by fuzzing): only 1 picks the largest, as onnxruntime reads it
+    for k, name in ((i64(3), "runtime-k"), (None, "constant-k")):
+        yield f"TopK-{name}-largest7", model(
+            [node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=7, sorted=1)],
+            [("x", F, [1, "N"])] + ([("k", I64, [1])] if k is not None else []), [("v", F, None), ("i", I64, None)],
+            {} if k is not None else {"k": i64(3)}), \
+            [[uniform((1, n))] + ([k] if k is not None else []) for n in (10, 3)]
     # SSD-lite per class: scores above a threshold (NonZero -> GatherND), then
     # the best min(count, 3) of them (K = ReduceMin(Concat([3], count))).
     nodes, inits = shape_dim("kept", 0, "count")

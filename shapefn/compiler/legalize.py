@@ -45,7 +45,59 @@ def legalize_map(gpu: bool = False) -> dict:
             "relax.nn.relu": legalize_relu, "relax.clip": legalize_clip,
             "relax.max": functools.partial(legalize_reduction, op="max"),
             "relax.min": functools.partial(legalize_reduction, op="min"),
-            "relax.mean": functools.partial(legalize_reduction, op="mean")}
+            "relax.mean": functools.partial(legalize_reduction, op="mean"),
+            "relax.take": legalize_take, "relax.gather_nd": legalize_gather_nd,
+            "relax.gather_elements": legalize_gather_elements}
+
+
+# Gathers read their indices from tensors, which may hold anything at run
+# time: an index out of range is clamped to the nearest element (onnxruntime
+# raises; a kernel on a GPU device cannot, and TVM's default reads out of
+# bounds, which crashed the process: found by fuzzing).
+def legalize_take(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """``relax.take`` that never reads outside its data."""
+    mode = "clip" if str(call.attrs.mode) == "fast" else str(call.attrs.mode)
+    return bb.call_te(topi.take, call.args[0], call.args[1], call.attrs.axis, mode=mode, primfunc_name_hint="take")
+
+
+def legalize_gather_nd(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """``relax.gather_nd`` that never reads outside its data."""
+    batch_dims = int(call.attrs.batch_dims)
+
+    def gather_nd(data, indices):
+        depth = indices.shape[-1]
+        if not isinstance(depth, tirx.IntImm):
+            raise ValueError(f"gather_nd: the index tuples' length {depth} must be known")
+        coords = topi.transpose(indices, [len(indices.shape) - 1, *range(len(indices.shape) - 1)])
+
+        def clamped(k, *rest):
+            high = data.shape[batch_dims]
+            for j in range(1, depth.value):
+                high = tirx.if_then_else(k == j, data.shape[batch_dims + j], high)
+            return _clamp(coords(k, *rest), high, coords.dtype)
+
+        return topi.gather_nd(data, te.compute(coords.shape, clamped, name="coords"), batch_dims)
+
+    return bb.call_te(gather_nd, call.args[0], call.args[1], primfunc_name_hint="gather_nd")
+
+
+def legalize_gather_elements(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """``relax.gather_elements`` that never reads outside its data."""
+    axis = int(call.attrs.axis)
+
+    def gather(data, indices):
+        high = data.shape[axis % len(data.shape)]
+        clamped = te.compute(indices.shape, lambda *i: _clamp(indices(*i), high, indices.dtype),
+                             name="clamped")
+        return topi.gather(data, axis, clamped)
+
+    return bb.call_te(gather, call.args[0], call.args[1], primfunc_name_hint="gather_elements")
+
+
+def _clamp(index, extent, dtype: str):
+    """``index`` (of ``dtype``) within ``[0, extent)`` (0 when the extent is)."""
+    extent = tirx.Cast(dtype, extent)
+    return tirx.max(tirx.min(index, extent - tirx.const(1, dtype)), tirx.const(0, dtype))
 
 
 # What a reduction over nothing gives, as onnxruntime has it (ReduceMax of an

@@ -121,8 +121,9 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
     def _construct_node(self, node):
         op_name = node.op_type
         attr = self._parse_attr(node.attribute)
-        if "keepdims" in attr:  # (as onnxruntime reads it: 1 keeps, any other value does not)
-            attr["keepdims"] = int(attr["keepdims"] == 1)
+        for flag in ("keepdims", "largest", "sorted"):  # (as onnxruntime reads them: only 1 is true)
+            if flag in attr:
+                attr[flag] = int(attr[flag] == 1)
         inputs = tvm_onnx.onnx_input()
         for name in node.input:
             if name != "":
@@ -131,6 +132,7 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
             inputs.append(self._nodes[name] if name != "" else None)
         attr["tvm_custom"] = {"name": self._parse_value_proto(node), "num_outputs": len(node.output)}
         outputs = list(node.output)
+        _check_types(node, inputs, self.opset)
         if op_name == "If":
             cond = inputs[0]
             if isinstance(getattr(cond, "ty", None), relax.TensorType) and cond.ty.ndim == 1:
@@ -143,7 +145,6 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
         if op_name == "Loop":
             self._nodes.update(zip(outputs, convert_loop(self, node, inputs, attr)))
             return
-        _check_types(node, inputs, self.opset)
         try:
             result = self._convert_operator(op_name, inputs, attr, self.opset)
         except (UnsupportedOnnxOp, InvalidOnnxModel):
