@@ -207,11 +207,13 @@ class ProgramBuilder:
                                   "out_ndims": list(out_ndims)})
 
     def build(self, library=None, kernels: Mapping | None = None, *, library_path=None,
-              default_dependence: str = "per-input") -> Executable:
+              default_dependence: str = "per-input", host_cpu_features: Sequence[str] = ()) -> Executable:
         """Verifies and returns the executable. ``library`` is a TVM runtime
         module whose functions provide the kernels of the same names, and
         ``library_path`` its file (by default the kernel cache's file it was
-        loaded from, if any)."""
+        loaded from, if any). ``host_cpu_features`` are the CPU features its
+        host code uses (``target_schedule.host_cpu_features``): a VM refuses
+        to run the executable on a CPU without them."""
         parts = [fb._finish() for fb in self._functions]  # declares the kernels it names
         funcs = dict(self._kernel_funcs)
         if library is not None:
@@ -223,7 +225,7 @@ class ProgramBuilder:
                         pass
         funcs.update(kernels or {})
         core = _core.Executable.from_parts(parts, self._constants, self._kernels, self._shape_funcs, "",
-                                           list(self._carried.values()))
+                                           list(self._carried.values()), list(host_cpu_features))
         if library is not None and library_path is None:
             library_path = kernel_cache.file_of(library)  # saved by copying it
         return Executable(core, funcs, library, library_path=library_path, default_dependence=default_dependence)

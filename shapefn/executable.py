@@ -48,6 +48,13 @@ class Executable:
         return list(self._core.kernels)
 
     @property
+    def host_cpu_features(self) -> list[str]:
+        """The CPU features (LLVM's names: "avx2", "avx512f"...) the kernel
+        library's host code may use: VMs refuse to run it on a CPU without
+        one of them (``SHAPEFN_HOST_CPU`` chooses the CPU compiles target)."""
+        return list(self._core.host_cpu_features)
+
+    @property
     def shape_funcs(self) -> list[str]:
         return list(self._core.shape_funcs)
 

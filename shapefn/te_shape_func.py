@@ -45,7 +45,6 @@ SignatureLike = str | Sequence[tuple[str, int]]
 MaskLike = bool | Sequence[bool]
 
 _ENTRY_NAME = "shape_func"
-_TARGET_KIND = "llvm"
 _SIGNATURE_ITEM = re.compile(r"([A-Za-z][A-Za-z0-9_]*):([0-9]+)")
 
 
@@ -477,12 +476,8 @@ def clear_memory_cache() -> None:
         _compiled.clear()
 
 
-@functools.cache
-def _target() -> tvm.target.Target:
-    return tvm.target.Target(_TARGET_KIND)
-
-
 def _load_or_build(prim_func: tirx.PrimFunc, directory: Path) -> tvm_ffi.Function:
-    scheduled = target_schedule.schedule({_ENTRY_NAME: prim_func}, _target())
-    library, _ = kernel_cache.build(scheduled.module, _target(), scheduled.version, directory)
+    target = target_schedule.host_target()
+    scheduled = target_schedule.schedule({_ENTRY_NAME: prim_func}, target)
+    library, _ = kernel_cache.build(scheduled.module, target, scheduled.version, directory)
     return library[_ENTRY_NAME]

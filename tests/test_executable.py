@@ -198,6 +198,8 @@ def layout(blob: bytes):
             r.string()  # signature
             r.skip(4)  # kernel
             r.skip(8 * r.take("I"))  # output ranks
+    for _ in range(r.take("I")):
+        r.string()  # host CPU feature
     constants = []
     for _ in range(r.take("I")):
         r.skip(4 + 4)  # dtype, device

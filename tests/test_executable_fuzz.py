@@ -234,6 +234,8 @@ def parse(blob: bytes, library_is_free: bool = True) -> Layout:
             take("i", "carried")  # kernel index
             for _ in range(take("I", "count")):
                 take("q", "carried")  # output rank
+    for _ in range(take("I", "count")):  # host CPU features
+        string()  # host CPU feature
     tables["c"] = take("I", "count")
     for _ in range(tables["c"]):
         code, bits, _ = dtype()

@@ -2,6 +2,7 @@
 #include <pybind11/stl.h>
 
 #include "common.h"
+#include "device/cpu_features.h"
 #include "shapefn/executable.h"
 #include "shapefn/kernel_library.h"
 #include "shapefn/tensor.h"
@@ -50,12 +51,14 @@ py::dict CarriedToPython(const CarriedShapeFunc& c) {
 std::shared_ptr<Executable> FromParts(const py::list& functions, const py::list& constants,
                                       const std::vector<std::string>& kernels,
                                       const std::vector<std::string>& shape_funcs, const std::string& kernel_library,
-                                      const py::list& carried_shape_funcs) {
+                                      const py::list& carried_shape_funcs,
+                                      const std::vector<std::string>& host_cpu_features) {
   ExecutableParts parts;
   parts.kernels = kernels;
   parts.shape_funcs = shape_funcs;
   for (py::handle c : carried_shape_funcs) parts.carried_shape_funcs.push_back(CarriedFromPython(c));
   parts.kernel_library = kernel_library;
+  parts.host_cpu_features = host_cpu_features;
   for (py::handle c : constants) {
     py::dict d = c.cast<py::dict>();
     ConstantDef def;
@@ -125,11 +128,14 @@ void RegisterExecutable(py::module_& m) {
       py::arg("executable_path"), py::arg("library_name"), py::arg("kernel_names"), py::arg("receive"),
       "Loads an executable's kernel library (shapefn::LoadKernelLibrary) and calls the tvm_ffi.Function "
       "`receive(path, module, kernels)` with it.");
+  m.def("checkable_cpu_features", &CheckableCpuFeatures,
+        "The CPU features (LLVM's names) a VM checks before it runs host kernels that use them.");
   m.def("encode_dtype", [](const std::string& dtype) { return EncodeDType(DTypeFromString(dtype)); });
 
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
       .def_static("from_parts", &FromParts, py::arg("functions"), py::arg("constants"), py::arg("kernels"),
-                  py::arg("shape_funcs"), py::arg("kernel_library"), py::arg("carried_shape_funcs") = py::list())
+                  py::arg("shape_funcs"), py::arg("kernel_library"), py::arg("carried_shape_funcs") = py::list(),
+                  py::arg("host_cpu_features") = std::vector<std::string>{})
       .def_static("load", &Executable::Load)
       .def_static("deserialize",
                   [](const py::bytes& b) {
@@ -151,6 +157,7 @@ void RegisterExecutable(py::module_& m) {
                                return names;
                              })
       .def_property_readonly("kernels", [](const Executable& e) { return e.kernels(); })
+      .def_property_readonly("host_cpu_features", [](const Executable& e) { return e.host_cpu_features(); })
       .def_property_readonly("shape_funcs", [](const Executable& e) { return e.shape_funcs(); })
       .def_property_readonly("carried_shape_funcs",
                              [](const Executable& e) {

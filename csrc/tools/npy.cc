@@ -17,7 +17,7 @@ namespace {
 
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicSize = 6;
-constexpr size_t kAlignment = 64;
+constexpr size_t kAlignment = kKernelBufferAlignment;
 
 struct DescrEntry {
   const char* descr;

@@ -128,6 +128,8 @@ std::vector<uint8_t> Executable::Serialize() const {
       for (int64_t n : b.out_ndims) w.Pod<int64_t>(n);
     }
   }
+  w.Pod<uint32_t>(static_cast<uint32_t>(p.host_cpu_features.size()));
+  for (const auto& f : p.host_cpu_features) w.Str(f);
   w.Pod<uint32_t>(static_cast<uint32_t>(constants.size()));
   for (const auto& c : constants) {
     w.DType(c.dtype);
@@ -210,6 +212,8 @@ std::shared_ptr<Executable> Executable::Deserialize(const uint8_t* data, size_t 
     }
     parts.carried_shape_funcs.push_back(std::move(c));
   }
+  n = r.Count("host CPU features", 4);
+  for (uint64_t i = 0; i < n; ++i) parts.host_cpu_features.push_back(r.Str("host CPU feature"));
   n = r.Count("constants", 20);
   for (uint64_t i = 0; i < n; ++i) {
     ConstantDef c;

@@ -8,7 +8,7 @@
 namespace shapefn {
 
 namespace {
-constexpr size_t kAlignment = 64;
+constexpr size_t kAlignment = kKernelBufferAlignment;
 }  // namespace
 
 size_t MemoryPool::SizeClass(size_t n) {

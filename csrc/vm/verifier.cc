@@ -227,6 +227,7 @@ void VerifyExecutable(const Executable& exe) {
   std::set<std::string> names;
   for (const auto& k : kernels) CheckName(k, "kernel");
   for (const auto& s : shape_funcs) CheckName(s, "shape function");
+  for (const auto& f : exe.host_cpu_features()) CheckName(f, "host CPU feature");
   // The kernel library is a file beside the executable, never a path.
   if (!kernel_library.empty() && (!ValidUtf8(kernel_library) || kernel_library.find('/') != std::string::npos ||
                                   kernel_library == "." || kernel_library == "..")) {

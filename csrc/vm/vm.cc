@@ -2,7 +2,10 @@
 #include <tvm/ffi/extra/c_env_api.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
+#include "device/cpu_features.h"
 #include "shapefn/error.h"
 #include "vm/verifier.h"
 #include "vm/vm_impl.h"
@@ -69,6 +72,7 @@ ShapeFuncEntryPtr CarriedEntry(const std::string& op, const CarriedShapeFunc& ca
 VirtualMachine::Impl::Impl(std::shared_ptr<const Executable> exe, std::shared_ptr<Device> device, VMOptions options,
                            const std::map<std::string, tvm::ffi::Function>& kernels)
     : exe_(std::move(exe)), options_(options) {
+  RequireCpuFeatures(exe_->host_cpu_features());
   devices_[kHostSlot] = HostDevice();
   devices_[kExecutionSlot] = device;
   pools_[kHostSlot] = std::make_shared<MemoryPool>(devices_[kHostSlot]);
@@ -248,8 +252,30 @@ void VirtualMachine::Impl::CheckArguments(const FunctionDef& fn, std::vector<Val
                  "; pass tensor.numpy() to copy it through the host");
       }
       args[i] = Value::Tensor(CopyTo(args[i].tensor, p.device_slot));
+    } else if (reinterpret_cast<uintptr_t>(t.data()) % kKernelBufferAlignment != 0) {
+      args[i] = Value::Tensor(AlignedHostCopy(t));
     }
   }
+}
+
+TensorRef VirtualMachine::Impl::AlignedHostCopy(const TensorObj& t) {
+  // Part of taking the argument, like lending it, not an allocation of the
+  // program: whether one is needed depends on where the caller's allocator
+  // put the array. So it is neither counted nor taken from the pools.
+  const size_t nbytes = t.nbytes();
+  const size_t rounded = (nbytes / kKernelBufferAlignment + 1) * kKernelBufferAlignment;
+  void* data = std::aligned_alloc(kKernelBufferAlignment, rounded);
+  if (data == nullptr) Fail(ErrorKind::kRuntime, "out of host memory copying an argument");
+  std::memcpy(data, t.data(), nbytes);
+  DLTensor view{data,
+                DLDevice{kDLCPU, 0},
+                static_cast<int32_t>(t.shape.size()),
+                t.dtype,
+                const_cast<int64_t*>(t.shape.data()),
+                nullptr,
+                0};
+  return WrapHostTensor(
+      view, [](void* p) { std::free(p); }, data);
 }
 
 void VirtualMachine::Impl::OnBackwardJump() {

@@ -38,6 +38,9 @@ class VirtualMachine::Impl {
   void OnBackwardJump();
   void CheckArguments(const FunctionDef& fn, std::vector<Value>& args);
   TensorRef CopyTo(const TensorRef& src, int slot);
+  // A host argument whose data is not aligned as TVM's kernels assume
+  // (kKernelBufferAlignment), copied into memory that is.
+  TensorRef AlignedHostCopy(const TensorObj& t);
   // Enqueues a device-to-host copy of `src` (counted); the caller syncs once
   // for all the copies it staged.
   TensorRef StageToHost(const TensorRef& src);

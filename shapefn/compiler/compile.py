@@ -20,7 +20,7 @@ from ..executable import Executable
 from ..progress import QUIET, Progress
 from . import codegen, host_params, placement, schedule, target_schedule
 from .lower_dynamic import lower_dynamic_ops
-from .relax_passes import HOST_TARGET, lower
+from .relax_passes import lower
 
 __all__ = ["build_kernels", "compile", "gc_paused", "lower", "lower_dynamic_ops", "schedule_kernels"]
 
@@ -29,9 +29,9 @@ def _target_for(device: str, target) -> tvm.target.Target:
     if target is not None:
         return target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
     if device in ("sim", "host", "cpu"):
-        return tvm.target.Target(HOST_TARGET)
+        return target_schedule.host_target()
     kind = device.split(":")[0]
-    return tvm.target.Target(kind, host=HOST_TARGET)
+    return tvm.target.Target(kind, host=target_schedule.host_target())
 
 
 @contextlib.contextmanager
@@ -83,7 +83,8 @@ def compile(mod: tvm.IRModule, device: str = "sim", *, target=None,  # noqa: A00
             scheduled = schedule_kernels(mod, generated, tvm_target)  # each kernel for its processor
         with report.phase("building kernels"):
             library, library_path = build_kernels(scheduled, tvm_target, report)  # through the kernel cache
-        return generated.program.build(library=library, library_path=library_path, default_dependence=dependence)
+        return generated.program.build(library=library, library_path=library_path, default_dependence=dependence,
+                                       host_cpu_features=target_schedule.host_cpu_features(tvm_target))
 
 
 def schedule_kernels(mod: tvm.IRModule, generated: codegen.GeneratedProgram,

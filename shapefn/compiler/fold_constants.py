@@ -28,7 +28,7 @@ def fold_constant_kernels(mod: tvm.IRModule) -> tvm.IRModule:
     if not foldable:
         return mod
     callees = {call.args[0].name_hint: mod[call.args[0]] for _, call in foldable}
-    host = tvm.target.Target("llvm")
+    host = target_schedule.host_target()
     try:
         scheduled = target_schedule.schedule(callees, host)
         library, _ = kernel_cache.build(scheduled.module, host, scheduled.version)

@@ -13,14 +13,12 @@ from . import target_schedule
 from .fold_constants import fold_constant_kernels
 from .legalize import legalize_map
 
-HOST_TARGET = "llvm"
-
 
 def lower(mod: tvm.IRModule, target: tvm.target.Target | None = None) -> tvm.IRModule:
     """The Relax passes up to the point where shapefn's codegen takes over
     (TVM's VM goes on with memory planning and VMShapeLower instead), for
     kernels of ``target`` (default: the CPU)."""
-    target = target if target is not None else tvm.target.Target(HOST_TARGET)
+    target = target if target is not None else target_schedule.host_target()
     # Some of TVM's legalizations (and shapefn's) depend on the target: they
     # read it from the context.
     with target:

@@ -25,8 +25,10 @@ that never happens.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
+import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
@@ -34,7 +36,9 @@ import tvm
 import tvm_ffi
 from tvm import ir, s_tir, tirx
 from tvm.s_tir import dlight
+from tvm.target import codegen
 
+from .. import _core
 from . import cpu_schedule
 from .kernels import gpu as gpu_kernels
 
@@ -82,6 +86,33 @@ def is_gpu(target: tvm.target.Target) -> bool:
     return target.kind.name in GPU_KINDS
 
 
+HOST_CPU_ENV = "SHAPEFN_HOST_CPU"
+
+
+def host_target() -> tvm.target.Target:
+    """The target of host kernels: LLVM for the CPU this process runs on
+    (as ``-march=native``: its vector width and instructions), or for the
+    LLVM CPU ``SHAPEFN_HOST_CPU`` names (``x86-64-v3``, ``skylake``...) to
+    build executables for other machines (read on every call)."""
+    return _llvm_for(os.environ.get(HOST_CPU_ENV) or codegen.llvm_get_system_cpu())
+
+
+@functools.lru_cache
+def _llvm_for(cpu: str) -> tvm.target.Target:
+    if not codegen.llvm_is_valid_cpu(cpu, codegen.llvm_get_system_triple()):
+        raise ValueError(f"{HOST_CPU_ENV}={cpu!r} is not a CPU LLVM knows (e.g. x86-64-v2, x86-64-v3, skylake)")
+    return tvm.target.Target({"kind": "llvm", "mcpu": cpu})
+
+
+def host_cpu_features(target: tvm.target.Target) -> list[str]:
+    """The instruction-set features the host code of a build for ``target``
+    may use, among those a VM checks before running it."""
+    host = target.host if is_gpu(target) and target.host is not None else target
+    if host.kind.name != "llvm":
+        return []
+    return sorted(set(codegen.llvm_get_cpu_features(host)) & set(_core.checkable_cpu_features()))
+
+
 def version(target: tvm.target.Target) -> str:
     """The version of the schedules applied for ``target``."""
     # (a GPU build schedules its host kernels for the CPU)
@@ -125,11 +156,11 @@ def schedule(kernels: Mapping[str, tirx.PrimFunc], target: tvm.target.Target,
     if not is_gpu(target):
         funcs = {name: _host_kernel(name, func) for name, func in kernels.items()}
         return ScheduledKernels(tvm.IRModule(funcs), version(target))
-    host_target = target.host if target.host is not None else tvm.target.Target("llvm")
+    cpu = target.host if target.host is not None else host_target()
     funcs, single_thread = {}, []
     for name, func in kernels.items():
         if name in host:
-            funcs[name] = _host_kernel(name, func).with_attr("target", host_target)
+            funcs[name] = _host_kernel(name, func).with_attr("target", cpu)
             continue
         func, alone = _device_kernel(name, func.without_attr(HOST_FORM), target)
         funcs[name] = func.with_attr("target", target).with_attr("global_symbol", name)

@@ -65,6 +65,9 @@ struct ExecutableParts {
   std::vector<std::string> shape_funcs;  // registry op names
   std::vector<CarriedShapeFunc> carried_shape_funcs;
   std::string kernel_library;  // file beside the executable, "" if none
+  // The CPU features (LLVM's names) the library's host code may use: a VM
+  // refuses to run the executable on a CPU that lacks one.
+  std::vector<std::string> host_cpu_features;
 };
 
 // A verified executable: constructing one checks every table and every
@@ -89,6 +92,7 @@ class Executable {
   // The carried shape function of shape_funcs()[index], or null.
   const CarriedShapeFunc* CarriedShapeFuncOf(size_t index) const;
   const std::string& kernel_library() const { return parts_.kernel_library; }
+  const std::vector<std::string>& host_cpu_features() const { return parts_.host_cpu_features; }
   void set_kernel_library(std::string name) { parts_.kernel_library = std::move(name); }
 
   int FunctionIndex(const std::string& name) const;  // throws Error(kKey)

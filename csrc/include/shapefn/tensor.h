@@ -64,6 +64,11 @@ class MemoryPool {
   std::atomic<int64_t> device_allocations_{0};
 };
 
+// TVM's compiled kernels assume every buffer starts at a multiple of this
+// many bytes (its kAllocAlignment) and use aligned vector loads of up to
+// that width: the VM allocates so, and copies arguments that are not.
+constexpr size_t kKernelBufferAlignment = 64;
+
 struct Storage {
   void* data = nullptr;
   size_t nbytes = 0;
