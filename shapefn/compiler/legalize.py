@@ -1,6 +1,8 @@
 """Legalizations shapefn overrides in TVM's ``LegalizeOps``.
 
-``relu`` and ``clip``, which give a number for NaN where ONNX keeps NaN;
+``conv2d`` on the CPU, whose default is far from the machine's speed
+(``kernels/cpu_conv.py``); ``relu`` and ``clip``, which give a number for
+NaN where ONNX keeps NaN;
 ``broadcast_to`` from a size-1 dimension known only at run time and
 ``resize2d`` with symbolic output sizes, because TVM's are wrong there (build
 failures, off-by-one pixels against onnxruntime); ``concat`` of many inputs
@@ -12,12 +14,14 @@ from __future__ import annotations
 
 import functools
 
+import tvm
 from tvm import ir, relax, te, tirx, topi
 
-from .kernels import dynamic, resize, scan
+from .kernels import cpu_conv, dynamic, resize, scan
 from .kernels.concat import sequential_concat
 from .kernels.scatter import SCATTER_REDUCTIONS, scatter_elements
-from .target_schedule import kernel_form
+from .placement import is_tensor_const
+from .target_schedule import host_cpu_features, kernel_form
 
 # TVM's concat reads element j from a chain of selects whose conditions and
 # indices are prefix sums of the inputs' extents: with symbolic extents
@@ -47,7 +51,27 @@ def legalize_map(gpu: bool = False) -> dict:
             "relax.min": functools.partial(legalize_reduction, op="min"),
             "relax.mean": functools.partial(legalize_reduction, op="mean"),
             "relax.take": legalize_take, "relax.gather_nd": legalize_gather_nd,
-            "relax.gather_elements": legalize_gather_elements}
+            "relax.gather_elements": legalize_gather_elements,
+            **({} if gpu else {"relax.nn.conv2d": legalize_conv2d})}
+
+
+def legalize_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """A CPU convolution of NCHW data with a constant OIHW weight (one
+    group) as ``cpu_conv``'s register-tiled kernel, its weight packed here;
+    any other convolution as TVM's."""
+    attrs = call.attrs
+    data, weight = call.args
+    dtype = str(attrs.out_dtype or data.ty.dtype)
+    if (not is_tensor_const(weight) or int(attrs.groups) != 1 or str(attrs.data_layout) != "NCHW"
+            or str(attrs.kernel_layout) != "OIHW" or str(attrs.out_layout) != "NCHW"
+            or {str(data.ty.dtype), str(weight.ty.dtype), dtype} != {"float32"}):
+        return _default_legalization(bb, call)
+    target = tvm.target.Target.current()
+    lanes = cpu_conv.lanes(host_cpu_features(target) if target is not None else ())
+    packed = relax.const(cpu_conv.pack_weight(weight.value.numpy(), lanes))
+    return bb.call_te(cpu_conv.conv2d_te, data, packed, int(weight.ty.shape[0]),
+                      [int(s) for s in attrs.strides], [int(p) for p in attrs.padding],
+                      [int(d) for d in attrs.dilation], dtype, primfunc_name_hint="conv2d")
 
 
 # Gathers read their indices from tensors, which may hold anything at run

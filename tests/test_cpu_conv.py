@@ -1,0 +1,75 @@
+"""Convolutions on the CPU (``compiler/kernels/cpu_conv.py``): a constant
+OIHW weight packed into vectors of output channels, a register-tiled
+kernel over sizes known only at run time. Compared with onnxruntime on sim
+and opencl (``onnx_check``) at shapes that exercise its edges: output
+channels not a multiple of the vector, output widths not a multiple of the
+tile, strides, dilations, asymmetric padding, batch 0, a fused bias and
+activation."""
+import numpy as np
+import pytest
+from test_onnx_ops import F, model, node, uniform
+
+from shapefn.compiler import cpu_schedule, target_schedule
+from shapefn.compiler.kernels import cpu_conv
+from shapefn.compiler.relax_passes import lower
+from shapefn.frontend import from_onnx
+
+rng = np.random.default_rng(1)
+
+
+def weight(o, i, kh, kw):
+    return (rng.standard_normal((o, i, kh, kw)) / np.sqrt(i * kh * kw)).astype(np.float32)
+
+
+def conv(c, o, kernel, *, act=None, **attrs):
+    """``Conv(x [N, c, H, W])`` with ``o`` outputs, a bias and ``act`` after it."""
+    nodes = [node("Conv", ["x", "w", "b"], ["c" if act else "y"], kernel_shape=list(kernel), **attrs)]
+    if act:
+        nodes.append(node(act, ["c"], ["y"]))
+    return model(nodes, [("x", F, ["N", c, "H", "W"])], [("y", F, None)],
+                 {"w": weight(o, c, *kernel), "b": uniform(o, -0.5, 0.5)})
+
+
+CASES = {
+    # the mask head's: 14x14 is no multiple of the 8-column tile
+    "3x3-relu": (conv(32, 48, (3, 3), act="Relu", pads=[1, 1, 1, 1]), [(3, 14, 14), (1, 5, 9), (0, 14, 14)]),
+    "1x1-odd-channels": (conv(24, 21, (1, 1)), [(2, 7, 11), (1, 1, 1)]),
+    "stride2-asymmetric": (conv(8, 24, (3, 3), strides=[2, 2], pads=[0, 1, 1, 0]), [(1, 9, 13), (2, 4, 4)]),
+    "dilated": (conv(16, 16, (3, 3), dilations=[2, 2], pads=[2, 2, 2, 2]), [(1, 10, 12)]),
+    "7x7-stem": (conv(3, 16, (7, 7), act="Relu", strides=[2, 2], pads=[3, 3, 3, 3]), [(1, 33, 30)]),
+    "rectangular-kernel": (conv(8, 32, (1, 3), pads=[0, 1, 0, 1]), [(1, 6, 17)]),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_matches_onnxruntime(onnx_check, case):
+    m, shapes = CASES[case]
+    c = m.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+    # (sums of up to 288 products: float32 rounding differs by order)
+    onnx_check(m, [[uniform((n, c, h, w), -2, 2)] for n, h, w in shapes], atol=1e-5)
+
+
+def packed_kernels(m) -> list[str]:
+    """The CPU build of ``m``'s kernels that are packed convolutions, as
+    scheduled (TVMScript)."""
+    mod = lower(from_onnx(m), target_schedule.host_target())
+    marker = f'"{cpu_conv.ATTR}": "{cpu_conv.BLOCK}"'
+    return [cpu_schedule.schedule(f).script() for f in mod.functions.values()
+            if "tirx" in type(f).__module__ and marker in f.script()]
+
+
+def test_one_group_convolutions_take_the_packed_kernel():
+    (scheduled,) = packed_kernels(CASES["3x3-relu"][0])
+    assert f"{cpu_conv.BLOCK}_local" in scheduled and "T.vectorized" in scheduled  # accumulators in registers
+    depthwise = model([node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], group=8, pads=[1, 1, 1, 1])],
+                      [("x", F, [1, 8, "H", "W"])], [("y", F, None)], {"w": weight(8, 1, 3, 3)})
+    assert packed_kernels(depthwise) == []  # grouped: TVM's
+
+
+@pytest.mark.parametrize("features, lanes", [(["avx512f", "avx2", "avx"], 16), (["avx2", "avx"], 8), (["sse4.2"], 4)])
+def test_vectors_are_as_wide_as_the_cpu_has(features, lanes):
+    assert cpu_conv.lanes(features) == lanes
+    packed = cpu_conv.pack_weight(np.arange(3 * 2 * 1 * 1, dtype=np.float32).reshape(3, 2, 1, 1), lanes)
+    assert packed.shape == (1, 2, 1, 1, lanes)
+    np.testing.assert_array_equal(packed[0, :, 0, 0, :3], np.arange(6, dtype=np.float32).reshape(3, 2).T)
+    assert not packed[..., 3:].any()  # channels past O are zero
