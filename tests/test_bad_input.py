@@ -306,6 +306,9 @@ def test_nodes_onnx_shape_inference_refuses_name_the_node(nodes, message):
                        else_branch=helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
                                                      [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)]))],
      InvalidOnnxModel, r"ONNX node 'branch' \(If\): input 0 \('c'\) is tensor\(float\), which If does not take"),
+    # an axis out of range (found by fuzzing: a Concat's failed after import, naming nothing)
+    ([helper.make_node("Softmax", ["x"], ["y"], name="soft", axis=2 ** 40)], InvalidOnnxModel,
+     r"ONNX node 'soft' \(Softmax\): axis 1099511627776 is out of range for input 0 \('x'\) of rank 1"),
     # a rank that depends on the values of unknown sizes
     ([helper.make_node("Squeeze", ["x"], ["y"], name="sq")], ValueError,
      r"ONNX node 'sq' \(Squeeze\): Squeeze without axes needs every size of its input known"),
@@ -330,6 +333,41 @@ def test_files_that_are_not_onnx_models(tmp_path):
         shapefn.from_onnx(tmp_path / "missing.onnx")
     with pytest.raises(TypeError, match="from_onnx takes an onnx.ModelProto or a path, got bytes"):
         shapefn.from_onnx(b"\x08\x07")
+
+
+@pytest.mark.parametrize("op, shape, attrs", [
+    ("Conv", [1, 2, "H", 0], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("ConvTranspose", ["N", 2, 0, "W"], {"kernel_shape": [3, 3], "strides": [2, 2]}),
+    ("GlobalAveragePool", [1, 2, 0, 3], {}),
+])
+def test_window_ops_over_an_empty_spatial_axis_are_named(op, shape, attrs):
+    """(found by fuzzing: TVM failed while compiling them, naming nothing)"""
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)]
+    inits = []
+    if op.startswith("Conv"):
+        inits = [helper.make_tensor("w", TensorProto.FLOAT, [2, 2, 3, 3], [0.5] * 36)]
+    node = helper.make_node(op, ["x", *(i.name for i in inits)], ["y"], name="window", **attrs)
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(ValueError, match=rf"ONNX node 'window' \({op}\): input 0 \('x'\) has size 0 along "
+                                         r"spatial axis [23]"):
+        shapefn.compile(shapefn.from_onnx(model), "host")
+
+
+def test_reshape_to_literal_sizes_of_another_count_is_refused_at_run_time():
+    """(found by fuzzing: the first elements of the data came out)"""
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"], name="flat")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[helper.make_tensor("shape", TensorProto.INT64, [1], [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    vm = shapefn.VirtualMachine(shapefn.compile(shapefn.from_onnx(model), "host"), "host")
+    x = np.arange(4, dtype=np.float32).reshape(2, 2)
+    np.testing.assert_array_equal(vm(x).numpy(), x.reshape(4))
+    with pytest.raises(ValueError, match=r"relax.reshape: cannot reshape data \(3, 2\) of 6 elements into \(4,\)"):
+        vm(np.zeros((3, 2), np.float32))
 
 
 def _clipped(indices, extent):

@@ -65,7 +65,7 @@ def elementwise_cases():
     yield "HardSigmoid-nan-alpha", *unary("HardSigmoid", alpha=float("nan"))
     for op in ("Relu", "Clip", "HardSigmoid"):
         m, feeds = unary(op)
-        yield f"{op}-nan", m, [[np.where(np.arange(x.size).reshape(x.shape) % 2, x, np.nan).astype(np.float32)]
+        yield f"{op}-nan-input", m, [[np.where(np.arange(x.size).reshape(x.shape) % 2, x, np.nan).astype(np.float32)]
                                for (x,) in feeds]
     for op in ("Add", "Sub", "Mul", "Div", "Max", "Min"):
         yield f"{op}-float", *binary(op)
@@ -121,6 +121,9 @@ def broadcast_cases():
         [[uniform((n, 4)), uniform((m, 1))] for n, m in ((5, 5), (3, 1), (1, 4), (0, 0))]
     yield "Min-unrelated", model([node("Min", ["a", "b"], ["y"])], [("a", F, ["N"]), ("b", F, ["M"])],
                                  [("y", F, None)]), [[uniform(n), uniform(m)] for n, m in ((6, 6), (1, 3), (4, 1))]
+    # (found by fuzzing: logical_xor was left without a kernel)
+    yield "Xor-unrelated", model([node("Xor", ["a", "b"], ["y"])], [("a", B, ["N"]), ("b", B, [2])],
+                                 [("y", B, None)]), [[rng.random(n) < 0.5, rng.random(2) < 0.5] for n in (2, 1)]
     yield "Mul-outer", model([node("Mul", ["a", "b"], ["y"])], [("a", I64, ["N", 1]), ("b", I64, [1, "M"])],
                              [("y", I64, None)]), [[rng.integers(0, 9, (n, 1)), rng.integers(0, 9, (1, m))]
                                                    for n, m in ((3, 4), (1, 2), (0, 5))]
@@ -153,6 +156,16 @@ def cast_clip_cases():
     yield "Clip-runtime-bounds", model([node("Clip", ["x", "lo", "hi"], ["y"])],
                                        [("x", F, ["N", 3]), ("lo", F, []), ("hi", F, [])], [("y", F, None)]), \
         [[uniform((n, 3), -9, 9), np.array(lo, f32), np.array(hi, f32)] for n, lo, hi in ((4, -2, 3), (0, 1, 5))]
+    # NaN stays NaN, a NaN bound is none (found by fuzzing: TVM's kernels made NaN a bound)
+    nan_x = [[np.array([[np.nan, 1, -8], [7, np.nan, 2]], f32), np.array(lo, f32), np.array(hi, f32)]
+             for lo, hi in ((0, 6), (np.nan, 3), (-1, np.nan))]
+    yield "Clip-nan", model([node("Clip", ["x", "lo", "hi"], ["y"])],
+                            [("x", F, ["N", 3]), ("lo", F, []), ("hi", F, [])], [("y", F, None)]), nan_x
+    yield "Clip-opset6-nan", model([node("Clip", ["x"], ["y"], min=0.0, max=6.0)], [("x", F, ["N", 3])],
+                                   [("y", F, None)], opset=6), [args[:1] for args in nan_x[:1]]
+    for op in ("Max", "Min"):
+        yield f"{op}-nan", model([node(op, ["a", "b"], ["y"])], [("a", F, ["N"]), ("b", F, ["N"])], [("y", F, None)]), \
+            [[np.array([np.nan, 1, np.nan, 2], f32), np.array([0, np.nan, np.nan, 3], f32)]]
 
 
 CAST_CLIP = cases(cast_clip_cases)

@@ -228,6 +228,10 @@ def count_sized_cases():
     yield "NonZero-2d", model([node("Not", ["m"], ["nm"]), node("NonZero", ["nm"], ["y"])],
                               [("m", B, ["N", "M"])], [("y", I64, None)]), \
         [[rng.random((4, 3)) < 0.5], [np.ones((2, 5), bool)], [np.zeros((0, 3), bool)]]
+    # of a scalar: as of one element (found by fuzzing)
+    yield "NonZero-scalar", model([node("Greater", ["x", "t"], ["m"]), node("NonZero", ["m"], ["y"])],
+                                  [("x", F, [])], [("y", I64, None)], {"t": np.float32(0.0)}), \
+        [[np.array(2.0, np.float32)], [np.array(-1.0, np.float32)]]
     yield "GatherND-of-NonZero", model(
         [node("Greater", ["x", "t"], ["m"]), node("NonZero", ["m"], ["nz"]),
          node("Transpose", ["nz"], ["idx"], perm=[1, 0]), node("GatherND", ["x", "idx"], ["y"])],

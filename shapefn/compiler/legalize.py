@@ -1,8 +1,8 @@
 """Legalizations shapefn overrides in TVM's ``LegalizeOps``.
 
 ``conv2d`` on the CPU, whose default is far from the machine's speed
-(``kernels/cpu_conv.py``); ``relu`` and ``clip``, which give a number for
-NaN where ONNX keeps NaN;
+(``kernels/cpu_conv.py``); ``relu``, ``clip``, ``maximum`` and
+``minimum``, which give a number for NaN where ONNX keeps NaN;
 ``broadcast_to`` from a size-1 dimension known only at run time and
 ``resize2d`` with symbolic output sizes, because TVM's are wrong there (build
 failures, off-by-one pixels against onnxruntime); ``concat`` of many inputs
@@ -47,6 +47,8 @@ def legalize_map(gpu: bool = False) -> dict:
             "relax.cumsum": functools.partial(legalize_cumulative, op="sum", gpu=gpu),
             "relax.cumprod": functools.partial(legalize_cumulative, op="prod", gpu=gpu),
             "relax.nn.relu": legalize_relu, "relax.clip": legalize_clip,
+            "relax.maximum": functools.partial(legalize_extremum, op="max"),
+            "relax.minimum": functools.partial(legalize_extremum, op="min"),
             "relax.max": functools.partial(legalize_reduction, op="max"),
             "relax.min": functools.partial(legalize_reduction, op="min"),
             "relax.mean": functools.partial(legalize_reduction, op="mean"),
@@ -192,6 +194,37 @@ def legalize_clip(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         return te.compute(x.shape, lambda *i: _nan_kept(x(*i), tirx.max(tirx.min(x(*i), a_max), a_min)), name="clip")
 
     return bb.call_te(clip, data, low, high, primfunc_name_hint="clip")
+
+
+def legalize_extremum(bb: relax.BlockBuilder, call: relax.Call, op: str) -> relax.Expr:
+    """``relax.maximum`` / ``minimum`` of floats with NaN from either side,
+    as ONNX's Max and Min (onnxruntime) give it and as Clip before opset 11
+    (a maximum and a minimum with infinite bounds) needs it."""
+    a, b = call.args
+    if "float" not in str(call.ty.dtype) or call.ty.shape is None:
+        return _default_legalization(bb, call)
+    extremum = tirx.max if op == "max" else tirx.min
+
+    def compute(x, y):
+        shape = list(call.ty.shape.values)
+
+        def value(*i):
+            u, v = _broadcast_read(x, i), _broadcast_read(y, i)
+            return _nan_kept(u, _nan_kept(v, extremum(u, v)))
+
+        return te.compute(shape, value, name=op)
+
+    return bb.call_te(compute, a, b, primfunc_name_hint=f"{op}imum")
+
+
+def _broadcast_read(tensor, index):
+    """``tensor`` read at output ``index`` as numpy broadcasts it (its
+    trailing axes; an axis of literal size 1 at 0), as TVM's broadcast does."""
+    if not isinstance(tensor, te.Tensor):
+        return tensor
+    rank = len(tensor.shape)
+    tail = index[len(index) - rank:]
+    return tensor(*[0 if isinstance(d, tirx.IntImm) and d.value == 1 else i for d, i in zip(tensor.shape, tail)])
 
 
 def _nan_kept(value, result):

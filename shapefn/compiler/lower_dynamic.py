@@ -37,7 +37,9 @@ _COUNT_SIZED = {"relax.nonzero", "relax.unique", "relax.vision.all_class_non_max
 _BROADCASTING = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.floor_divide",
                  "relax.power", "relax.maximum", "relax.minimum", "relax.equal", "relax.not_equal",
                  "relax.less", "relax.less_equal", "relax.greater", "relax.greater_equal", "relax.logical_and",
-                 "relax.logical_or", "relax.where", "relax.floor_mod", "relax.mod"}
+                 "relax.logical_or", "relax.logical_xor", "relax.bitwise_and", "relax.bitwise_or",
+                 "relax.bitwise_xor", "relax.left_shift", "relax.right_shift", "relax.atan2", "relax.where",
+                 "relax.floor_mod", "relax.mod"}
 
 
 def _unknown_shape(call: relax.Call) -> bool:

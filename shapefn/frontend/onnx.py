@@ -133,6 +133,8 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
         attr["tvm_custom"] = {"name": self._parse_value_proto(node), "num_outputs": len(node.output)}
         outputs = list(node.output)
         _check_types(node, inputs, self.opset)
+        _check_windows(node, inputs)
+        _check_axis(node, inputs, attr)
         if op_name == "If":
             cond = inputs[0]
             if isinstance(getattr(cond, "ty", None), relax.TensorType) and cond.ty.ndim == 1:
@@ -293,10 +295,51 @@ def _check_types(node, inputs, opset) -> None:
         if onnx_type not in allowed[formal.type_str]:
             raise InvalidOnnxModel(f"{_described(node)}: input {i} ('{node.input[i]}') is {onnx_type}, which "
                                    f"{node.op_type} does not take ({', '.join(sorted(allowed[formal.type_str]))})")
+        if not formal.is_homogeneous:  # (a variadic of several types: a Loop's carried values)
+            continue
         first, first_type = bound.setdefault(formal.type_str, (i, onnx_type))
         if first_type != onnx_type:
             raise InvalidOnnxModel(f"{_described(node)}: inputs {first} ('{node.input[first]}') and {i} "
                                    f"('{node.input[i]}') must have one type, got {first_type} and {onnx_type}")
+
+
+# Ops sliding a window over the spatial axes (2, 3, ...) of their first input.
+_WINDOWED = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool",
+             "GlobalLpPool", "MaxRoiPool", "RoiAlign", "ConvInteger", "QLinearConv", "DeformConv"}
+
+
+def _check_windows(node, inputs) -> None:
+    """A window op over a spatial axis of literal size 0 is refused, naming
+    the node: TVM's kernels divide by it or compute negative sizes while
+    compiling (naming nothing)."""
+    if node.op_type not in _WINDOWED or not inputs or inputs[0] is None:
+        return
+    shape = getattr(getattr(inputs[0], "ty", None), "shape", None)
+    if shape is None:
+        return
+    for axis, size in enumerate(shape.values[2:], 2):
+        if isinstance(size, tvm.tirx.IntImm) and size.value == 0:
+            raise ValueError(f"{_described(node)}: input 0 ('{node.input[0]}') has size 0 along spatial axis "
+                             f"{axis}, where {node.op_type} needs at least one element")
+
+
+# Ops whose ``axis`` attribute names an axis of their first input, in
+# [-rank, rank) (onnxruntime refuses any other; TVM's converters take some
+# and fail later, naming nothing: found by fuzzing).
+_AXIS_OF_INPUT = {"Concat", "Gather", "GatherElements", "Split", "Softmax", "LogSoftmax", "Hardmax", "TopK",
+                  "ArgMax", "ArgMin", "ScatterElements", "Compress", "LpNormalization"}
+
+
+def _check_axis(node, inputs, attr) -> None:
+    if node.op_type not in _AXIS_OF_INPUT or "axis" not in attr or not inputs or inputs[0] is None:
+        return
+    ty = getattr(inputs[0], "ty", None)
+    rank = 1 if isinstance(ty, relax.ShapeType) else getattr(ty, "ndim", -1) if isinstance(ty, relax.TensorType) \
+        else 0 if isinstance(ty, tvm.ir.PrimType) else -1
+    axis = attr["axis"]
+    if rank >= 0 and not -max(rank, 1) <= axis < max(rank, 1):
+        raise InvalidOnnxModel(f"{_described(node)}: axis {axis} is out of range for input 0 "
+                               f"('{node.input[0]}') of rank {rank}")
 
 
 def _static_squeeze(node, inputs, attr) -> bool:

@@ -9,6 +9,8 @@ which shapefn's placement computes on the host.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import tvm
 import tvm_ffi
@@ -128,12 +130,30 @@ def reshape(importer, inputs, attrs, opset):
         dims = data.ty.shape.values
         shape = relax.ShapeExpr([dims[i] if _is_int(v, 0) and i < len(dims) else v
                                  for i, v in enumerate(shape.values)])
-    if isinstance(shape, relax.ShapeExpr) or (known_shape and const_value(importer, shape) is not None):
+    values = _shape_values(importer, shape)
+    if values is not None and (isinstance(shape, relax.ShapeExpr) or known_shape) and _keeps_count(data, values):
         return tvm_converter(importer, "Reshape", [data, shape], attrs, opset)
+    # (sizes known only at run time, or a count that may differ: the shape
+    # function computes the shape and refuses a count that differs)
     shape = as_tensor(bb, shape, "int64")
     (dims,) = emit_shape(bb, "relax.reshape", [data, shape], [_length(shape)], [attrs.get("allowzero", 0)],
                          prefix="reshape")
     return relax.op.reshape(data, relax.ShapeExpr(dims))
+
+
+def _keeps_count(data, values) -> bool:
+    """False where reshaping ``data`` to the literal sizes ``values`` may
+    change its element count (sizes of the data known only at run time):
+    TVM's reshape and shapefn's VM would give the data's first elements
+    (found by fuzzing). Symbolic targets pass: their counts are often equal
+    in ways the analyzer cannot prove (a slice's rounded extents)."""
+    ty = data.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None \
+            or not all(isinstance(v, tvm.tirx.IntImm) and v.value >= 0 for v in values):
+        return True
+    count = functools.reduce(lambda a, b: a * b, ty.shape.values, tvm.tirx.IntImm("int64", 1))
+    target = functools.reduce(lambda a, b: a * b, values, tvm.tirx.IntImm("int64", 1))
+    return sym.Analyzer().can_prove_equal(count, target)
 
 
 @converter("Expand")
@@ -390,6 +410,42 @@ def _concat_shape(importer, values) -> relax.ShapeExpr | None:
             return None
         dims.extend(piece)
     return relax.ShapeExpr(dims)
+
+
+@converter("Clip")
+def clip(importer, inputs, attrs, opset):
+    """Clip as Relax's maximum and minimum, which shapefn legalizes keeping
+    NaN as onnxruntime does; TVM's converter emits TVM's kernels for them
+    while importing (NaN became a bound: found by fuzzing). A NaN bound is
+    no bound, as in TVM's converter and onnxruntime."""
+    bb = importer.bb
+    data = as_tensor(bb, inputs[0])
+    dtype = str(data.ty.dtype)
+    if opset < 11:
+        bounds = [None if attrs.get(name) is None else relax.const(float(attrs[name]), dtype)
+                  for name in ("min", "max")]
+    else:
+        bounds = [inputs[i] if len(inputs) > i else None for i in (1, 2)]
+    result = data
+    for bound, op, unbounded in zip(bounds, (relax.op.maximum, relax.op.minimum), (-np.inf, np.inf)):
+        if bound is None:
+            continue
+        bound = as_tensor(bb, bound, dtype)
+        if "float" in dtype:
+            bound = bb.normalize(relax.op.where(relax.op.isnan(bound), relax.const(unbounded, dtype), bound))
+        result = bb.normalize(op(result, bound))
+    return result
+
+
+@converter("NonZero")
+def nonzero(importer, inputs, attrs, opset):
+    """NonZero of a scalar as of a one-element vector: onnxruntime gives
+    ``[[0]]`` (rank 1) for a true scalar, TVM's ``nonzero`` a rank-0 index
+    list (found by fuzzing)."""
+    data = inputs[0]
+    if not isinstance(data.ty, relax.TensorType) or data.ty.ndim != 0:
+        return NotImplemented
+    return tvm_converter(importer, "NonZero", [importer.bb.normalize(relax.op.reshape(data, [1]))], attrs, opset)
 
 
 @converter("NonMaxSuppression")
