@@ -150,3 +150,18 @@ def test_unknown_benchmark_is_a_usage_error():
     assert proc.returncode == 2
     for name in ("vm_overhead", "compile", "report", "copy_elimination", "models"):
         assert name in proc.stderr
+
+
+def test_kernels_json_has_every_key_and_matching_outputs():
+    proc = subprocess.run([sys.executable, "-m", "shapefn.bench", "kernels", "--json", "--repeat", "2",
+                           "--only", "mobilenetv3_1x1", "box_head_fc7"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(proc.stdout)
+    assert set(data["kernels"]) == {"mobilenetv3_1x1", "box_head_fc7"}
+    for name, row in data["kernels"].items():
+        for key in ("flops", "shapefn_ms", "onnxruntime_ms", "shapefn_gflops", "onnxruntime_gflops", "ratio"):
+            assert row[key] > 0, (name, key)
+        assert len(row["ratios"]) == 2
+        assert row["max_relative_error"] < 1e-4, name  # checked against onnxruntime before timing
+    assert data["kernels"]["box_head_fc7"]["numpy_ms"] > 0
+    assert data["kernels"]["box_head_fc7"]["flops"] == 2 * 150 * 1024 * 1024

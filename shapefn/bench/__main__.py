@@ -9,6 +9,7 @@ BENCHMARKS = {
     "compile": "shapefn.bench.compile_time",
     "report": "shapefn.bench.report",
     "relax_vm": "shapefn.bench.relax_vm",
+    "kernels": "shapefn.bench.kernels",
 }
 
 

@@ -12,8 +12,9 @@ the reduction loops between them, in their order. Each output element still
 sums its products in the same order, so results are bit for bit those of the
 unscheduled kernel.
 
-A convolution legalized as ``kernels/cpu_conv.py``'s packed kernel gets
-that module's register-tiled schedule instead.
+A convolution or matmul legalized as ``kernels/cpu_conv.py``'s or
+``kernels/cpu_dense.py``'s packed kernel gets that module's register-tiled
+schedule instead.
 
 Only a block whose iterators are spatial then reduction (``S..SR..R``, at
 least two spatial) with at least ``_MIN_REDUCTION`` products per output (or
@@ -30,10 +31,10 @@ import math
 import tvm_ffi
 from tvm import s_tir, tirx
 
-from .kernels import cpu_conv
+from .kernels import cpu_conv, cpu_dense
 
 # Part of every CPU kernel's cache key: a change here recompiles them.
-VERSION = "reduction-3+conv2d-packed-1"
+VERSION = "reduction-3+conv2d-packed-1+dense-packed-1"
 _ROWS = 4
 _LANES = (64, 32, 16, 8, 4)
 _MIN_REDUCTION = 32
@@ -49,6 +50,9 @@ def schedule(func: tirx.PrimFunc) -> tirx.PrimFunc:
     reductions = [b for b in blocks if any(iv.iter_type == reduce for iv in sch.get(b).iter_vars)]
     if len(reductions) == 1 and cpu_conv.is_packed_conv(sch, reductions[0]):
         cpu_conv.schedule(sch, reductions[0])
+        return sch.mod["main"]
+    if len(reductions) == 1 and cpu_dense.is_packed_dense(sch, reductions[0]):
+        cpu_dense.schedule(sch, reductions[0])
         return sch.mod["main"]
     if len(reductions) == 1 and _tiled(sch, reductions[0]):
         return sch.mod["main"]

@@ -13,6 +13,7 @@ host ("llvm") whatever the device.
 """
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm import relax, tirx
 
@@ -111,3 +112,33 @@ class _Substitution(relax.PyExprMutator):
             super().visit_var_binding_(binding)
             return
         self.builder_.emit_normalized(relax.VarBinding(binding.var, relax.const(value)))
+
+
+def fold_constant_transposes(mod: tvm.IRModule) -> tvm.IRModule:
+    """``permute_dims`` of a constant as the permuted constant, before
+    legalization: a matmul by a transposed weight (ONNX Gemm's ``transB``)
+    then sees a constant it can pack (``legalize.legalize_matmul``)."""
+    return _ConstantTransposes(mod).run()
+
+
+@relax.expr_functor.mutator
+class _ConstantTransposes(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self._mod = mod
+
+    def run(self) -> tvm.IRModule:
+        for gv, func in self._mod.functions.items():
+            if isinstance(func, relax.Function):
+                self.builder_.update_func(gv, self.visit_expr(func))
+        return self.builder_.get()
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value = binding.value
+        if (isinstance(value, relax.Call) and getattr(value.op, "name", None) == "relax.permute_dims"
+                and is_tensor_const(value.args[0])):
+            axes = None if value.attrs.axes is None else [int(a) for a in value.attrs.axes]
+            folded = np.ascontiguousarray(np.transpose(value.args[0].value.numpy(), axes))
+            self.builder_.emit_normalized(relax.VarBinding(binding.var, relax.const(folded)))
+            return
+        super().visit_var_binding_(binding)

@@ -1,7 +1,7 @@
 """Legalizations shapefn overrides in TVM's ``LegalizeOps``.
 
-``conv2d`` on the CPU, whose default is far from the machine's speed
-(``kernels/cpu_conv.py``); ``relu``, ``clip``, ``maximum`` and
+``conv2d`` and ``matmul`` by constants on the CPU, whose defaults are far
+from the machine's speed (``kernels/cpu_conv.py``, ``kernels/cpu_dense.py``); ``relu``, ``clip``, ``maximum`` and
 ``minimum``, which give a number for NaN where ONNX keeps NaN;
 ``broadcast_to`` from a size-1 dimension known only at run time and
 ``resize2d`` with symbolic output sizes, because TVM's are wrong there (build
@@ -17,7 +17,7 @@ import functools
 import tvm
 from tvm import ir, relax, te, tirx, topi
 
-from .kernels import cpu_conv, dynamic, resize, scan
+from .kernels import cpu_conv, cpu_dense, dynamic, resize, scan
 from .kernels.concat import sequential_concat
 from .kernels.scatter import SCATTER_REDUCTIONS, scatter_elements
 from .placement import is_tensor_const
@@ -54,7 +54,25 @@ def legalize_map(gpu: bool = False) -> dict:
             "relax.mean": functools.partial(legalize_reduction, op="mean"),
             "relax.take": legalize_take, "relax.gather_nd": legalize_gather_nd,
             "relax.gather_elements": legalize_gather_elements,
-            **({} if gpu else {"relax.nn.conv2d": legalize_conv2d})}
+            **({} if gpu else {"relax.nn.conv2d": legalize_conv2d, "relax.matmul": legalize_matmul})}
+
+
+def _vector_lanes() -> int:
+    target = tvm.target.Target.current()
+    return cpu_conv.lanes(host_cpu_features(target) if target is not None else ())
+
+
+def legalize_matmul(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """A CPU matmul of a float32 matrix by a constant one as ``cpu_dense``'s
+    register-tiled kernel, its weight packed here; any other as TVM's."""
+    data, other = call.args
+    dtype = str(call.attrs.out_dtype or data.ty.dtype)
+    if not is_tensor_const(other) or data.ty.ndim != 2 or other.ty.ndim != 2 \
+            or {str(data.ty.dtype), str(other.ty.dtype), dtype} != {"float32"}:
+        return _default_legalization(bb, call)  # (a transposed constant is folded to one: relax_passes)
+    weight = other.value.numpy()
+    packed = relax.const(cpu_dense.pack_weight(weight, _vector_lanes()))
+    return bb.call_te(cpu_dense.dense_te, data, packed, int(weight.shape[1]), dtype, primfunc_name_hint="dense")
 
 
 def legalize_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
@@ -68,9 +86,7 @@ def legalize_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
             or str(attrs.kernel_layout) != "OIHW" or str(attrs.out_layout) != "NCHW"
             or {str(data.ty.dtype), str(weight.ty.dtype), dtype} != {"float32"}):
         return _default_legalization(bb, call)
-    target = tvm.target.Target.current()
-    lanes = cpu_conv.lanes(host_cpu_features(target) if target is not None else ())
-    packed = relax.const(cpu_conv.pack_weight(weight.value.numpy(), lanes))
+    packed = relax.const(cpu_conv.pack_weight(weight.value.numpy(), _vector_lanes()))
     return bb.call_te(cpu_conv.conv2d_te, data, packed, int(weight.ty.shape[0]),
                       [int(s) for s in attrs.strides], [int(p) for p in attrs.padding],
                       [int(d) for d in attrs.dilation], dtype, primfunc_name_hint="conv2d")

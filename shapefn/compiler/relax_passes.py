@@ -10,7 +10,7 @@ import tvm
 from tvm import relax
 
 from . import target_schedule
-from .fold_constants import fold_constant_kernels
+from .fold_constants import fold_constant_kernels, fold_constant_transposes
 from .legalize import legalize_map
 
 
@@ -27,6 +27,9 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target | None = None) -> tvm.IRM
 
 def _passes(gpu: bool) -> tvm.transform.Pass:
     return tvm.transform.Sequential([
+        # A transposed constant weight as a constant, which legalization packs.
+        tvm.transform.module_pass(lambda m, _: fold_constant_transposes(m), opt_level=0,
+                                  name="FoldConstantTransposes"),
         # Folds match_casts made redundant by lowering (their sizes substituted
         # everywhere); FuseTIR would otherwise drop them and leave sizes undefined.
         relax.transform.CanonicalizeBindings(),

@@ -97,7 +97,7 @@ def schedule(sch: s_tir.Schedule, block) -> None:
     """The register tiling of the module's docstring on the ``BLOCK`` block
     (parallel over blocks of output channels: every model's convolutions
     have at least as many as a few cores)."""
-    for stage in [*sch.get_producers(block), *_unpack_with_epilogue(sch, block)]:
+    for stage in [*sch.get_producers(block), *unpack_with_epilogue(sch, block)]:
         loops = sch.get_loops(stage)
         sch.parallel(sch.fuse(*loops[:2]) if len(loops) > 1 else loops[0])
     b, ob, y, x, ol, ic, ry, rx = sch.get_loops(block)
@@ -116,7 +116,7 @@ def schedule(sch: s_tir.Schedule, block) -> None:
     sch.vectorize(sch.get_loops(accumulators)[-1])
 
 
-def _unpack_with_epilogue(sch: s_tir.Schedule, block) -> list:
+def unpack_with_epilogue(sch: s_tir.Schedule, block) -> list:
     """The consumers of ``block`` (the unpacking), each with the elementwise
     operations fused after it computed inline where they can be."""
     consumers = sch.get_consumers(block)

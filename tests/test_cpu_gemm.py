@@ -1,8 +1,9 @@
-"""Convolutions on the CPU (``compiler/kernels/cpu_conv.py``): a constant
-OIHW weight packed into vectors of output channels, a register-tiled
-kernel over sizes known only at run time. Compared with onnxruntime on sim
-and opencl (``onnx_check``) at shapes that exercise its edges: output
-channels not a multiple of the vector, output widths not a multiple of the
+"""Convolutions and matmuls by constants on the CPU
+(``compiler/kernels/cpu_conv.py``, ``cpu_dense.py``): the weight packed
+into vectors of output channels, a register-tiled kernel over sizes known
+only at run time. Compared with onnxruntime on sim and opencl
+(``onnx_check``) at shapes that exercise its edges: output channels not a
+multiple of the vector, output widths and row counts not a multiple of the
 tile, strides, dilations, asymmetric padding, batch 0, a fused bias and
 activation."""
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from test_onnx_ops import F, model, node, uniform
 
 from shapefn.compiler import cpu_schedule, target_schedule
-from shapefn.compiler.kernels import cpu_conv
+from shapefn.compiler.kernels import cpu_conv, cpu_dense
 from shapefn.compiler.relax_passes import lower
 from shapefn.frontend import from_onnx
 
@@ -73,3 +74,42 @@ def test_vectors_are_as_wide_as_the_cpu_has(features, lanes):
     assert packed.shape == (1, 2, 1, 1, lanes)
     np.testing.assert_array_equal(packed[0, :, 0, 0, :3], np.arange(6, dtype=np.float32).reshape(3, 2).T)
     assert not packed[..., 3:].any()  # channels past O are zero
+
+
+def gemm(k, m, **attrs):
+    """``Gemm(x [N, k], W, b)`` with ``m`` outputs (W as ``attrs`` lay it out), then Relu."""
+    w = weight(m, k, 1, 1)[:, :, 0, 0]
+    if not attrs.get("transB"):
+        w = np.ascontiguousarray(w.T)
+    return model([node("Gemm", ["x", "w", "b"], ["g"], **attrs), node("Relu", ["g"], ["y"])],
+                 [("x", F, ["N", k])], [("y", F, None)], {"w": w, "b": uniform(m, -0.5, 0.5)})
+
+
+DENSE = {
+    # the box heads: ROI counts no multiple of the 8-row tile, features of the vector
+    "transB": (gemm(96, 64, transB=1), [5, 16, 1, 0]),
+    "odd-features": (gemm(40, 91), [9, 3]),
+    "matmul-node": (model([node("MatMul", ["x", "w"], ["y"])], [("x", F, ["N", 33])], [("y", F, None)],
+                          {"w": weight(33, 20, 1, 1)[:, :, 0, 0]}), [7, 2]),
+}
+
+
+@pytest.mark.parametrize("case", DENSE)
+def test_matmuls_match_onnxruntime(onnx_check, case):
+    m, rows = DENSE[case]
+    k = m.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+    onnx_check(m, [[uniform((n, k), -2, 2)] for n in rows], atol=1e-5)
+
+
+def test_matmuls_by_constants_take_the_packed_kernel():
+    mod = lower(from_onnx(DENSE["transB"][0]), target_schedule.host_target())
+    (scheduled,) = [cpu_schedule.schedule(f).script() for f in mod.functions.values() if "tirx" in type(f).__module__]
+    assert f"{cpu_dense.BLOCK}_local" in scheduled and "T.vectorized" in scheduled
+
+
+def test_dense_packing():
+    w = np.arange(2 * 3, dtype=np.float32).reshape(2, 3)  # [K, M]
+    packed = cpu_dense.pack_weight(w, 4)
+    assert packed.shape == (1, 2, 4)
+    np.testing.assert_array_equal(packed[0, :, :3], w)
+    assert not packed[..., 3:].any()
