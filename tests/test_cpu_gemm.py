@@ -113,3 +113,31 @@ def test_dense_packing():
     assert packed.shape == (1, 2, 4)
     np.testing.assert_array_equal(packed[0, :, :3], w)
     assert not packed[..., 3:].any()
+
+
+def conv_transpose(c, o, kernel, **attrs):
+    w = (rng.standard_normal((c, o, *kernel)) / np.sqrt(c)).astype(np.float32)
+    return model([node("ConvTranspose", ["x", "w", "b"], ["c"], kernel_shape=list(kernel), **attrs),
+                  node("Relu", ["c"], ["y"])], [("x", F, ["N", c, "H", "W"])], [("y", F, None)],
+                 {"w": w, "b": uniform(o, -0.5, 0.5)})
+
+
+TRANSPOSED = {
+    # Mask R-CNN's mask upsampling: each pixel makes a 2x2 block
+    "2x2-stride2": (conv_transpose(32, 24, (2, 2), strides=[2, 2]), [(3, 14, 14), (0, 14, 14), (1, 3, 5)]),
+    "3x2-stride3x2": (conv_transpose(8, 5, (3, 2), strides=[3, 2]), [(2, 4, 7)]),
+    # overlapping blocks: TVM's kernel
+    "3x3-stride2-padded": (conv_transpose(8, 8, (3, 3), strides=[2, 2], pads=[1, 1, 1, 1]), [(1, 5, 6)]),
+}
+
+
+@pytest.mark.parametrize("case", TRANSPOSED)
+def test_transposed_convolutions_match_onnxruntime(onnx_check, case):
+    m, shapes = TRANSPOSED[case]
+    c = m.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+    onnx_check(m, [[uniform((n, c, h, w), -2, 2)] for n, h, w in shapes], atol=1e-5)
+
+
+def test_non_overlapping_transposed_convolutions_take_the_packed_kernel():
+    assert len(packed_kernels(TRANSPOSED["2x2-stride2"][0])) == 1
+    assert packed_kernels(TRANSPOSED["3x3-stride2-padded"][0]) == []

@@ -40,6 +40,9 @@ SEQUENTIAL_CONCAT_MAX_INPUTS = 8
 def legalize_map(gpu: bool = False) -> dict:
     """shapefn's legalizations; ``gpu``: with the GPU forms of its kernels
     (``target_schedule.kernel_form``)."""
+    # GEMM-like ops by constant weights, as register-tiled CPU kernels
+    cpu_gemms = {"relax.nn.conv2d": legalize_conv2d, "relax.nn.conv2d_transpose": legalize_conv2d_transpose,
+                 "relax.matmul": legalize_matmul}
     return {"relax.broadcast_to": legalize_broadcast_to, "relax.image.resize2d": legalize_resize2d,
             "relax.concat": functools.partial(legalize_concat, gpu=gpu),
             "relax.scatter_elements": functools.partial(legalize_scatter_elements, gpu=gpu),
@@ -54,7 +57,7 @@ def legalize_map(gpu: bool = False) -> dict:
             "relax.mean": functools.partial(legalize_reduction, op="mean"),
             "relax.take": legalize_take, "relax.gather_nd": legalize_gather_nd,
             "relax.gather_elements": legalize_gather_elements,
-            **({} if gpu else {"relax.nn.conv2d": legalize_conv2d, "relax.matmul": legalize_matmul})}
+            **({} if gpu else cpu_gemms)}
 
 
 def _vector_lanes() -> int:
@@ -73,6 +76,26 @@ def legalize_matmul(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     weight = other.value.numpy()
     packed = relax.const(cpu_dense.pack_weight(weight, _vector_lanes()))
     return bb.call_te(cpu_dense.dense_te, data, packed, int(weight.shape[1]), dtype, primfunc_name_hint="dense")
+
+
+def legalize_conv2d_transpose(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """A CPU transposed convolution whose stride equals its kernel, without
+    padding, groups or dilation (Mask R-CNN's mask upsampling), as a packed
+    1x1 convolution spread over blocks (``cpu_conv.transposed_weight``); any
+    other as TVM's."""
+    attrs = call.attrs
+    data, weight = call.args
+    dtype = str(attrs.out_dtype or data.ty.dtype)
+    kernel = [int(d) for d in weight.ty.shape.values[2:]] if is_tensor_const(weight) else None
+    if (kernel is None or [int(s) for s in attrs.strides] != kernel or any(int(p) for p in attrs.padding)
+            or any(int(p) for p in attrs.output_padding) or any(int(d) != 1 for d in attrs.dilation)
+            or int(attrs.groups) != 1 or str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "IOHW"
+            or str(attrs.out_layout) != "NCHW" or {str(data.ty.dtype), str(weight.ty.dtype), dtype} != {"float32"}):
+        return _default_legalization(bb, call)
+    as_conv = cpu_conv.transposed_weight(weight.value.numpy())
+    packed = relax.const(cpu_conv.pack_weight(as_conv, _vector_lanes()))
+    return bb.call_te(cpu_conv.conv2d_te, data, packed, as_conv.shape[0], [1, 1], [0, 0, 0, 0], [1, 1], dtype,
+                      kernel, primfunc_name_hint="conv2d_transpose")
 
 
 def legalize_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:

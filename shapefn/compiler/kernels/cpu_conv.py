@@ -55,11 +55,24 @@ def pack_weight(weight: np.ndarray, lanes_: int) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(blocks, lanes_, *weight.shape[1:]).transpose(0, 2, 3, 4, 1))
 
 
+def transposed_weight(weight: np.ndarray) -> np.ndarray:
+    """The IOHW weight of a transposed convolution whose stride equals its
+    kernel (each input pixel makes its own kh x kw block of outputs) as the
+    OIHW weight of a 1x1 convolution with O * kh * kw outputs, channel
+    ``o * kh * kw + dy * kw + dx`` for output ``o`` at offset (dy, dx)."""
+    in_channels, out_channels, kh, kw = weight.shape
+    return np.ascontiguousarray(weight.transpose(1, 2, 3, 0).reshape(out_channels * kh * kw, in_channels, 1, 1))
+
+
 def conv2d_te(data: te.Tensor, packed: te.Tensor, out_channels: int, strides, padding, dilation,
-              out_dtype: str) -> te.Tensor:
+              out_dtype: str, block_size=(1, 1)) -> te.Tensor:
     """NCHW ``data`` convolved with the packed weight (``pack_weight``);
     ``padding`` is (top, left, bottom, right). The result is NCHW with
-    ``out_channels`` channels."""
+    ``out_channels`` channels; with a ``block_size`` (bh, bw) other than
+    (1, 1), each group of bh * bw consecutive channels is spread over a bh x
+    bw block of pixels (depth to space), making ``out_channels / (bh * bw)``
+    channels of bh x bw times the size: a transposed convolution whose
+    stride equals its kernel (``transposed_weight``)."""
     n, _, height, width = data.shape
     blocks, in_channels, kh, kw, lanes_ = (int(d) for d in packed.shape)
     (sh, sw), (dh, dw) = strides, dilation
@@ -85,8 +98,16 @@ def conv2d_te(data: te.Tensor, packed: te.Tensor, out_channels: int, strides, pa
             padded[b, ic, y * sh + ry * dh, x * sw + rx * dw].astype(out_dtype)
             * packed[ob, ic, ry, rx, ol].astype(out_dtype), axis=[ic, ry, rx]),
         name=BLOCK, attrs={ATTR: BLOCK})
-    return te.compute((n, i64(out_channels), out_h, out_w),
-                      lambda b, o, y, x: conv[b, o // lanes_, y, x, o % lanes_], name="unpack")
+    bh, bw = block_size
+    if (bh, bw) == (1, 1):
+        return te.compute((n, i64(out_channels), out_h, out_w),
+                          lambda b, o, y, x: conv[b, o // lanes_, y, x, o % lanes_], name="unpack")
+
+    def spread(b, o, y, x):
+        channel = o * (bh * bw) + (y % bh) * bw + x % bw
+        return conv[b, channel // lanes_, y // bh, x // bw, channel % lanes_]
+
+    return te.compute((n, i64(out_channels // (bh * bw)), out_h * bh, out_w * bw), spread, name="unpack")
 
 
 def is_packed_conv(sch: s_tir.Schedule, block) -> bool:
