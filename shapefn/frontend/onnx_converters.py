@@ -437,6 +437,19 @@ def clip(importer, inputs, attrs, opset):
     return result
 
 
+@converter("GatherND")
+def gather_nd(importer, inputs, attrs, opset):
+    """GatherND whose index tuples' length (the last size of indices) is
+    known: it decides the result's rank. Otherwise refused (TVM fails while
+    compiling, naming nothing: found by fuzzing)."""
+    indices = inputs[1]
+    shape = getattr(indices.ty, "shape", None)
+    if shape is not None and not isinstance(shape.values[-1], tvm.tirx.IntImm):
+        raise ValueError(f"the length of its index tuples (the last size of indices, {shape.values[-1]}) must be "
+                         "known when it is imported")
+    return NotImplemented
+
+
 @converter("NonZero")
 def nonzero(importer, inputs, attrs, opset):
     """NonZero of a scalar as of a one-element vector: onnxruntime gives
