@@ -331,6 +331,7 @@ _AXIS_OF_INPUT = {"Concat", "Gather", "GatherElements", "Split", "Softmax", "Log
 
 
 def _check_axis(node, inputs, attr) -> None:
+    """An ``axis`` out of range for the first input's rank is refused, naming the node."""
     if node.op_type not in _AXIS_OF_INPUT or "axis" not in attr or not inputs or inputs[0] is None:
         return
     ty = getattr(inputs[0], "ty", None)
@@ -460,11 +461,12 @@ def _check_model(model: onnx.ModelProto) -> None:
     except onnx.checker.ValidationError as err:
         raise InvalidOnnxModel(f"the ONNX model is malformed: {err}") from None
     try:
-        # What onnxruntime checks when it loads a model: each node's types,
+        # What onnxruntime checks when it loads a model: each node's
         # attributes and static shapes against its operator's inference
         # (negative pads, a split larger than its axis, a convolution
         # window larger than its input), which TVM would otherwise find
-        # only while compiling, naming no node.
+        # only while compiling, naming no node. (Input types are
+        # _check_types', whose messages name the input.)
         onnx.shape_inference.infer_shapes(_for_checker(model, shape_unshaped=False), check_type=False,
                                           strict_mode=True)
     except onnx.shape_inference.InferenceError as err:
@@ -524,7 +526,8 @@ def from_onnx(model, shape_dict: dict | None = None) -> tvm.IRModule:
     it names them) unless ``shape_dict`` gives them. Raises, before
     converting anything, ``UnsupportedOnnxOp`` listing every operator that
     cannot be imported and the nodes using it, and ``InvalidOnnxModel`` for a
-    malformed model or a file that is not one."""
+    malformed model (``onnx.checker``, ONNX's shape inference as onnxruntime
+    runs it) or a file that is not one."""
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         try:
