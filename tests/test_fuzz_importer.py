@@ -13,9 +13,9 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
 import fuzz_importer  # noqa: E402
 
-# About 2 minutes on one core with an empty kernel cache (compiling the
-# detection parts' kernels dominates: 600 + 300 mutants took 71 s, 45 s
-# with the cache filled); the full run is docs/fuzzing.md's.
+# About 2 minutes with an empty kernel cache (compiling the detection parts'
+# kernels dominates: 113 s on a loaded 2-core machine, 45 s with the cache
+# filled); the full run is docs/fuzzing.md's.
 pytestmark = pytest.mark.model
 SUBSET = {"ops": (1000, 11), "detection": (500, 12)}  # family -> (mutants, seed)
 
