@@ -8,8 +8,9 @@ import pytest
 import tvm
 from tvm import relax, tirx
 
-from shapefn.compiler import cpu_schedule
+from shapefn.compiler import cpu_schedule, target_schedule
 from shapefn.compiler.compile import lower
+from shapefn.compiler.kernels import cpu_conv
 from shapefn.compiler.legalize import legalize_map
 
 
@@ -71,10 +72,13 @@ def test_convolution_with_runtime_sizes_is_bitwise_unchanged(rng, groups, channe
     result = cpu_schedule.schedule(func)
     assert has_parallel_loop(result) == scheduled
     data = rng.standard_normal((1, channels_in, size, size + 3)).astype(np.float32)
+    # One group: cpu_conv's kernel, which takes the weight packed (as legalization packed it).
+    lanes = cpu_conv.lanes(target_schedule.host_cpu_features(target_schedule.host_target()))
+    weight_arg = cpu_conv.pack_weight(weight, lanes) if groups == 1 else weight
     outs = []
     for kernel_fn in (compiled(func), compiled(result)):
         out = tvm.runtime.empty((1, channels_out, size, size + 3), "float32")
-        params = [tvm.runtime.tensor(data)] + [tvm.runtime.tensor(weight)] * (len(func.params) - 2) + [out]
+        params = [tvm.runtime.tensor(data)] + [tvm.runtime.tensor(weight_arg)] * (len(func.params) - 2) + [out]
         kernel_fn(*params)
         outs.append(out.numpy())
     np.testing.assert_array_equal(outs[1], outs[0])

@@ -26,6 +26,7 @@ its output unwritten.
 """
 from __future__ import annotations
 
+import logging
 import math
 
 import tvm_ffi
@@ -38,6 +39,7 @@ VERSION = "reduction-3+conv2d-packed-1+dense-packed-1"
 _ROWS = 4
 _LANES = (64, 32, 16, 8, 4)
 _MIN_REDUCTION = 32
+_log = logging.getLogger(__name__)
 
 
 def schedule(func: tirx.PrimFunc) -> tirx.PrimFunc:
@@ -48,17 +50,33 @@ def schedule(func: tirx.PrimFunc) -> tirx.PrimFunc:
     blocks = sch.get_child_blocks(sch.get_sblock("root")) if _has_root(func) else []
     reduce = tirx.IterVar.CommReduce
     reductions = [b for b in blocks if any(iv.iter_type == reduce for iv in sch.get(b).iter_vars)]
-    if len(reductions) == 1 and cpu_conv.is_packed_conv(sch, reductions[0]):
-        cpu_conv.schedule(sch, reductions[0])
-        return sch.mod["main"]
-    if len(reductions) == 1 and cpu_dense.is_packed_dense(sch, reductions[0]):
-        cpu_dense.schedule(sch, reductions[0])
-        return sch.mod["main"]
+    packed = _packed_schedule(sch, reductions[0]) if len(reductions) == 1 else None
+    if packed is not None:
+        name = sch.get(reductions[0]).name_hint
+        try:
+            packed(sch, reductions[0])
+            return sch.mod["main"]
+        except s_tir.ScheduleError as err:
+            # (a size expression the schedule's analysis cannot follow: the
+            # kernel is right without it, only slower)
+            _log.warning("%s: not register-tiled: %s", name, str(err).splitlines()[0])
+            sch = s_tir.Schedule(func)
+            reductions = [sch.get_sblock(name)]
     if len(reductions) == 1 and _tiled(sch, reductions[0]):
         return sch.mod["main"]
     for block in reductions:
         _init_first(sch, block)
     return sch.mod["main"]
+
+
+def _packed_schedule(sch: s_tir.Schedule, block):
+    """The schedule of a convolution or matmul legalized as a packed kernel
+    (``kernels/cpu_conv.py``, ``kernels/cpu_dense.py``), or None."""
+    if cpu_conv.is_packed_conv(sch, block):
+        return cpu_conv.schedule
+    if cpu_dense.is_packed_dense(sch, block):
+        return cpu_dense.schedule
+    return None
 
 
 def _init_first(sch: s_tir.Schedule, block) -> None:

@@ -27,6 +27,7 @@ products in the same order as the unscheduled kernel.
 from __future__ import annotations
 
 import numpy as np
+import tvm_ffi
 from tvm import s_tir, te, tirx
 
 from .tir_builder import i64
@@ -98,14 +99,16 @@ def conv2d_te(data: te.Tensor, packed: te.Tensor, out_channels: int, strides, pa
             padded[b, ic, y * sh + ry * dh, x * sw + rx * dw].astype(out_dtype)
             * packed[ob, ic, ry, rx, ol].astype(out_dtype), axis=[ic, ry, rx]),
         name=BLOCK, attrs={ATTR: BLOCK})
+
+    def at(b, channel, y, x):
+        return conv[b, channel // lanes_, y, x, channel % lanes_]
+
     bh, bw = block_size
     if (bh, bw) == (1, 1):
-        return te.compute((n, i64(out_channels), out_h, out_w),
-                          lambda b, o, y, x: conv[b, o // lanes_, y, x, o % lanes_], name="unpack")
+        return te.compute((n, i64(out_channels), out_h, out_w), at, name="unpack")
 
     def spread(b, o, y, x):
-        channel = o * (bh * bw) + (y % bh) * bw + x % bw
-        return conv[b, channel // lanes_, y // bh, x // bw, channel % lanes_]
+        return at(b, o * (bh * bw) + (y % bh) * bw + x % bw, y // bh, x // bw)
 
     return te.compute((n, i64(out_channels // (bh * bw)), out_h * bh, out_w * bw), spread, name="unpack")
 
@@ -138,17 +141,26 @@ def schedule(sch: s_tir.Schedule, block) -> None:
 
 
 def unpack_with_epilogue(sch: s_tir.Schedule, block) -> list:
-    """The consumers of ``block`` (the unpacking), each with the elementwise
-    operations fused after it computed inline where they can be."""
+    """The consumers of ``block`` (the unpacking), each with the chain of
+    elementwise operations fused after it computed inline: while the chain's
+    last block has one consumer, which reads nothing else computed here
+    (hardswish's product reads the unpacked value twice) and writes a buffer
+    of the same shape (not a broadcast, as a squeeze-excite's product)."""
     consumers = sch.get_consumers(block)
     for unpack in consumers:
-        pending = list(sch.get_consumers(unpack))
-        while pending:
-            epilogue = pending.pop()
-            following = sch.get_consumers(epilogue)
+        shape = _written_shape(sch, unpack)
+        while True:
+            following = sch.get_consumers(unpack)
+            if len(following) != 1 or len(sch.get_producers(following[0])) != 1 \
+                    or not tvm_ffi.structural_equal(_written_shape(sch, following[0]), shape):
+                break
             try:
-                sch.reverse_compute_inline(epilogue)
+                sch.reverse_compute_inline(following[0])
             except s_tir.ScheduleError:
-                continue
-            pending.extend(following)
+                break
     return consumers
+
+
+def _written_shape(sch: s_tir.Schedule, block):
+    writes = sch.get(block).writes
+    return list(writes[0].source.shape) if len(writes) == 1 else None
