@@ -99,10 +99,12 @@ def test_models_benchmark_runs_pypi_models(capsys):
     from shapefn.bench import models
 
     fetched("mtcnn-pnet")
-    models.main(["--models", "mtcnn-pnet", "--json", "--repeat", "1"])
+    models.main(["--models", "mtcnn-pnet", "--json", "--repeat", "2", "--device", "host"])
     result = json.loads(capsys.readouterr().out)["mtcnn-pnet"]
     assert [call["inputs"] for call in result["calls"]] == ["1x37x45x3", "2x24x31x3"]
+    assert result["device"] == "host" and result["onnxruntime_threads"] >= 1
     for call in result["calls"]:
         assert call["wall_s"] > 0 and call["onnxruntime_wall_s"] > 0
+        assert len(call["ratios"]) == 2 and call["ratio"] == call["wall_s"] / call["onnxruntime_wall_s"]
         assert call["per_op"]["kernel_calls"] == call["per_input"]["kernel_calls"] > 0
     assert result["kernels_built_cold"] > 0

@@ -10,11 +10,14 @@ default two, then both groups).
 Per model: compile seconds and kernels compiled with an empty kernel cache
 (cold) and, in a new process, with the cache that filled (warm); per call
 (torchvision's models at two image sizes, each PyPI model at its two input
-shapes): inference wall seconds (median of ``--repeat``), onnxruntime's
-beside them, and the counters of one inference in ``per-op`` and
+shapes): inference wall seconds (median of ``--repeat`` repetitions, each
+timing shapefn then onnxruntime, with ``--threads`` intra-op threads),
+onnxruntime's beside them, their ``ratio`` and each repetition's
+(``ratios``), and the counters of one inference in ``per-op`` and
 ``per-input`` modes.
 
-``--device sim`` (default) runs on the modelled device; ``--device opencl``
+``--device sim`` (default) runs on the modelled device, ``--device host`` on the
+CPU as onnxruntime does; ``--device opencl``
 on a real OpenCL device (on PoCL that is the CPU: its times are CPU times,
 not a GPU's), where the first inference also builds the OpenCL programs
 (``first_inference_s``).
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import pathlib
 import statistics
 import subprocess
@@ -37,7 +41,7 @@ from .. import config, devices, kernel_cache
 from ..compiler.compile import compile as compile_relax
 from ..frontend import from_onnx
 from ..vm import VirtualMachine
-from . import pypi_models
+from . import pypi_models, timing
 
 DEFAULT_MODELS = ["ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn"]
 TORCHVISION_FAMILY = ["retinanet_resnet50_fpn_op17", "fcos_resnet50_fpn_op17", "ssd300_vgg16_op17",
@@ -81,16 +85,6 @@ def load(name: str, data: pathlib.Path):
     return materialize(data, name), [[rng.uniform(0, 1, (3, h, w)).astype(np.float32)] for h, w in SIZES]
 
 
-def _timed(repeat: int, fn, *args) -> float:
-    """The median wall time of ``fn(*args)`` over ``repeat`` calls."""
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def timed_compile(path: str, device: str = "sim"):
     """Compiles the ONNX model at ``path`` for ``device``; returns the
     executable, the seconds it took (ONNX import included, reading the file
@@ -121,7 +115,7 @@ def _outputs(result) -> list:
     return [t.numpy() for t in (result if isinstance(result, tuple) else (result,))]
 
 
-def measure(name: str, data: pathlib.Path, repeat: int, device: str = "sim") -> dict:
+def measure(name: str, data: pathlib.Path, repeat: int, device: str = "sim", threads: int | None = None) -> dict:
     import onnxruntime as ort
 
     proto, calls = load(name, data)
@@ -136,7 +130,10 @@ def measure(name: str, data: pathlib.Path, repeat: int, device: str = "sim") -> 
         finally:
             config.set_cache_dir(None)
         result["compile_warm_s"], result["kernels_built_warm"] = _timed_compile_in_new_process(path, cache, device)
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads or len(os.sched_getaffinity(0))  # as many as TVM's pool uses
+    session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    result["onnxruntime_threads"] = options.intra_op_num_threads
     initializers = {i.name for i in proto.graph.initializer}
     names = [i.name for i in proto.graph.input if i.name not in initializers]
     target = devices.sim() if device == "sim" else devices.device(device)
@@ -153,8 +150,15 @@ def measure(name: str, data: pathlib.Path, repeat: int, device: str = "sim") -> 
             vm(*args)
             entry[mode.replace("-", "_")] = vm.counters
         vm = VirtualMachine(exe, target)
-        entry["wall_s"] = _timed(repeat, lambda vm, args: _outputs(vm(*args)), vm, args)
-        entry["onnxruntime_wall_s"] = _timed(repeat, session.run, None, dict(zip(names, args)))
+        feeds = dict(zip(names, args))
+        session.run(None, feeds)  # (its first run allocates and plans)
+        times = timing.interleaved({"shapefn": lambda vm=vm, args=args: _outputs(vm(*args)),
+                                    "onnxruntime": lambda feeds=feeds: session.run(None, feeds)},
+                                   repeat=repeat)["wall"]
+        entry["wall_s"] = statistics.median(times["shapefn"])
+        entry["onnxruntime_wall_s"] = statistics.median(times["onnxruntime"])
+        entry["ratio"] = entry["wall_s"] / entry["onnxruntime_wall_s"]
+        entry["ratios"] = [ours / theirs for ours, theirs in zip(times["shapefn"], times["onnxruntime"])]
         result["calls"].append(entry)
     return result
 
@@ -168,7 +172,10 @@ def main(argv=None) -> None:
                              f"({', '.join(GROUPS)}); default: " + " ".join(DEFAULT_MODELS))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--data", help="directory with the .graph.onnx files and materialize.py")
-    parser.add_argument("--device", default="sim", help="sim (modelled, default) or opencl[:N] (a real device)")
+    parser.add_argument("--device", default="sim",
+                        help="sim (modelled, default), host (the CPU, as onnxruntime) or opencl[:N] (a real device)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="onnxruntime's intra-op threads (default: the cores this process may use, as TVM's pool)")
     args = parser.parse_args(argv)
     data = _data_dir(args.data)
     names = [model for name in args.models for model in GROUPS.get(name, [name])]
@@ -179,7 +186,7 @@ def main(argv=None) -> None:
                      f"the graphs of {data} and the PyPI models: {', '.join(available)})")
     results = {}
     for name in dict.fromkeys(names):
-        results[name] = measure(name, data, args.repeat, args.device)
+        results[name] = measure(name, data, args.repeat, args.device, args.threads)
         if not args.json:
             _print(name, results[name])
     if args.json:
@@ -191,7 +198,8 @@ def _print(name: str, r: dict) -> None:
           f"built), {r['compile_warm_s']:.1f} s warm ({r['kernels_built_warm']} built)", flush=True)
     for e in r["calls"]:
         per_op, per_input = e["per_op"], e["per_input"]
-        print(f"  {e['inputs']}: {e['wall_s']:.4g} s (onnxruntime {e['onnxruntime_wall_s']:.4g} s); "
+        print(f"  {e['inputs']}: {e['wall_s']:.4g} s (onnxruntime {e['onnxruntime_wall_s']:.4g} s, ratio "
+              f"{e['ratio']:.2f}: {', '.join(f'{r:.2f}' for r in e['ratios'])}); "
               f"d2h copies {per_op['d2h_copies']} / {per_input['d2h_copies']}, "
               f"bytes {per_op['d2h_bytes']:,} / {per_input['d2h_bytes']:,}, "
               f"syncs {per_op['syncs']} / {per_input['syncs']} (per-op / per-input)", flush=True)
