@@ -118,27 +118,15 @@ def fold_constant_transposes(mod: tvm.IRModule) -> tvm.IRModule:
     """``permute_dims`` of a constant as the permuted constant, before
     legalization: a matmul by a transposed weight (ONNX Gemm's ``transB``)
     then sees a constant it can pack (``legalize.legalize_matmul``)."""
-    return _ConstantTransposes(mod).run()
-
-
-@relax.expr_functor.mutator
-class _ConstantTransposes(relax.PyExprMutator):
-    def __init__(self, mod: tvm.IRModule):
-        super().__init__(mod)
-        self._mod = mod
-
-    def run(self) -> tvm.IRModule:
-        for gv, func in self._mod.functions.items():
-            if isinstance(func, relax.Function):
-                self.builder_.update_func(gv, self.visit_expr(func))
-        return self.builder_.get()
-
-    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
-        value = binding.value
-        if (isinstance(value, relax.Call) and getattr(value.op, "name", None) == "relax.permute_dims"
-                and is_tensor_const(value.args[0])):
-            axes = None if value.attrs.axes is None else [int(a) for a in value.attrs.axes]
-            folded = np.ascontiguousarray(np.transpose(value.args[0].value.numpy(), axes))
-            self.builder_.emit_normalized(relax.VarBinding(binding.var, relax.const(folded)))
-            return
-        super().visit_var_binding_(binding)
+    values = {}
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr):
+            for block in func.body.blocks:
+                for binding in block.bindings:
+                    value = binding.value
+                    if (isinstance(value, relax.Call) and getattr(value.op, "name", None) == "relax.permute_dims"
+                            and is_tensor_const(value.args[0])):
+                        axes = None if value.attrs.axes is None else [int(a) for a in value.attrs.axes]
+                        values[key(binding.var)] = np.ascontiguousarray(
+                            np.transpose(value.args[0].value.numpy(), axes))
+    return _Substitution(mod, values).run() if values else mod

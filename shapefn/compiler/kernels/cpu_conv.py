@@ -125,18 +125,27 @@ def schedule(sch: s_tir.Schedule, block) -> None:
         loops = sch.get_loops(stage)
         sch.parallel(sch.fuse(*loops[:2]) if len(loops) > 1 else loops[0])
     b, ob, y, x, ol, ic, ry, rx = sch.get_loops(block)
-    blocks = sch.get(ob).extent
-    vectors = VECTORS if isinstance(blocks, tirx.IntImm) and blocks.value % VECTORS == 0 else 1
-    ob_outer, ob_inner = sch.split(ob, [None, vectors])
-    x_outer, x_inner = sch.split(x, [None, COLUMNS])
-    sch.reorder(ob_outer, b, y, x_outer, ic, ry, rx, ob_inner, x_inner, ol)
-    sch.parallel(ob_outer)
+    tile_in_registers(sch, block, ob, [b, y], sch.split(x, [None, COLUMNS]), [ic, ry, rx], ol)
+
+
+def tile_in_registers(sch: s_tir.Schedule, block, vector_blocks, outer, tile, reductions, lanes) -> None:
+    """The scheme the packed kernels share: ``VECTORS`` of the
+    ``vector_blocks`` (when they divide them) by the inner loop of ``tile``
+    (outer, inner) accumulate in registers over the ``reductions``, the
+    ``lanes`` vectorized; parallel over groups of vector blocks, then the
+    ``outer`` loops."""
+    extent = sch.get(vector_blocks).extent
+    vectors = VECTORS if isinstance(extent, tirx.IntImm) and extent.value % VECTORS == 0 else 1
+    blocks_outer, blocks_inner = sch.split(vector_blocks, [None, vectors])
+    tile_outer, tile_inner = tile
+    sch.reorder(blocks_outer, *outer, tile_outer, *reductions, blocks_inner, tile_inner, lanes)
+    sch.parallel(blocks_outer)
     accumulators = sch.cache_write(block, 0, "local")
-    sch.reverse_compute_at(accumulators, x_outer)
-    sch.unroll(ob_inner)
-    sch.unroll(x_inner)
-    sch.vectorize(ol)
-    sch.decompose_reduction(block, ic)
+    sch.reverse_compute_at(accumulators, tile_outer)
+    sch.unroll(blocks_inner)
+    sch.unroll(tile_inner)
+    sch.vectorize(lanes)
+    sch.decompose_reduction(block, reductions[0])
     sch.vectorize(sch.get_loops(accumulators)[-1])
 
 

@@ -4,10 +4,10 @@ convolution's scheme (``cpu_conv.py``) with rows for output columns:
 
 * ``W`` is packed at compile time into ``[M / L, K, L]`` (``L`` output
   features per vector register, zero-padded);
-* a tile of ``ROWS`` rows by ``VECTORS`` feature vectors accumulates in
-  registers over ``K``: per step ``VECTORS`` vector loads of ``W``,
-  ``ROWS`` broadcast values of ``x`` and ``ROWS * VECTORS`` FMAs; tiles
-  are parallel over blocks of features;
+* a tile of ``ROWS`` rows by ``cpu_conv.VECTORS`` feature vectors
+  accumulates in registers over ``K``: per step 2 vector loads of ``W``,
+  ``ROWS`` broadcast values of ``x`` and ``2 * ROWS`` FMAs; tiles are
+  parallel over blocks of features;
 * the row count, known only at run time (ROIs), is rounded up to whole
   tiles: the rows past ``N`` read ``x``'s last row and are never written
   out, so ``x`` needs no padded copy;
@@ -23,8 +23,7 @@ from . import cpu_conv
 from .tir_builder import i64
 
 BLOCK = "dense_packed"
-ROWS = 8
-VECTORS = 2
+ROWS = 8  # rows per register tile (by cpu_conv.VECTORS feature vectors)
 
 
 def pack_weight(weight: np.ndarray, lanes: int) -> np.ndarray:
@@ -61,16 +60,4 @@ def schedule(sch: s_tir.Schedule, block) -> None:
         loops = sch.get_loops(stage)
         sch.parallel(loops[0])
     n, mb, ml, k = sch.get_loops(block)
-    blocks = sch.get(mb).extent
-    vectors = VECTORS if isinstance(blocks, tirx.IntImm) and blocks.value % VECTORS == 0 else 1
-    mb_outer, mb_inner = sch.split(mb, [None, vectors])
-    n_outer, n_inner = sch.split(n, [None, ROWS])
-    sch.reorder(mb_outer, n_outer, k, mb_inner, n_inner, ml)
-    sch.parallel(mb_outer)
-    accumulators = sch.cache_write(block, 0, "local")
-    sch.reverse_compute_at(accumulators, n_outer)
-    sch.unroll(mb_inner)
-    sch.unroll(n_inner)
-    sch.vectorize(ml)
-    sch.decompose_reduction(block, k)
-    sch.vectorize(sch.get_loops(accumulators)[-1])
+    cpu_conv.tile_in_registers(sch, block, mb, [], sch.split(n, [None, ROWS]), [k], ml)
