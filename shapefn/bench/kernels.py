@@ -8,6 +8,13 @@ symbolic, as in the models. Timings are medians of ``--repeat`` interleaved
 repetitions; ``ratio`` is shapefn's time over onnxruntime's, and ``gflops``
 each runtime's rate. Outputs are checked against onnxruntime's first.
 
+onnxruntime runs with its worker threads' spin-waiting off: left on, they
+keep spinning for a while after each run, and with as many threads as cores
+they take the cores from the shapefn call timed next (on 2 cores that
+doubled shapefn's times: a mask head convolution took 58-83 ms interleaved
+and 27 ms alone), while onnxruntime itself, one op per run, was as fast
+without it.
+
 ``python -m shapefn.bench kernels [--repeat 20] [--threads 2] [--json] [--only NAME ...]``
 """
 from __future__ import annotations
@@ -74,6 +81,7 @@ def measure(name, model, x, flops, *, threads, repeat, reference=None):
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # (module docstring)
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     vm = VirtualMachine(compile_relax(from_onnx(model), "host"), "host")
     want = session.run(None, {"x": x})[0]
