@@ -32,13 +32,15 @@ def conv(c, o, kernel, *, act=None, **attrs):
 
 
 CASES = {
-    # the mask head's: 14x14 is no multiple of the 8-column tile
+    # the mask head's: 14x14 is no multiple of an 8-column tile
     "3x3-relu": (conv(32, 48, (3, 3), act="Relu", pads=[1, 1, 1, 1]), [(3, 14, 14), (1, 5, 9), (0, 14, 14)]),
     "1x1-odd-channels": (conv(24, 21, (1, 1)), [(2, 7, 11), (1, 1, 1)]),
     "stride2-asymmetric": (conv(8, 24, (3, 3), strides=[2, 2], pads=[0, 1, 1, 0]), [(1, 9, 13), (2, 4, 4)]),
     "dilated": (conv(16, 16, (3, 3), dilations=[2, 2], pads=[2, 2, 2, 2]), [(1, 10, 12)]),
     "7x7-stem": (conv(3, 16, (7, 7), act="Relu", strides=[2, 2], pads=[3, 3, 3, 3]), [(1, 33, 30)]),
     "rectangular-kernel": (conv(8, 32, (1, 3), pads=[0, 1, 0, 1]), [(1, 6, 17)]),
+    # a whole group of channel vectors (4 x 16 with AVX-512), parallel over images and rows too
+    "64-channels": (conv(8, 64, (3, 3), act="Relu", pads=[1, 1, 1, 1]), [(2, 5, 7), (1, 1, 9), (0, 3, 3)]),
 }
 
 
@@ -86,11 +88,14 @@ def gemm(k, m, **attrs):
 
 
 DENSE = {
-    # the box heads: ROI counts no multiple of the 8-row tile, features of the vector
+    # the box heads: ROI counts no multiple of the row tile, features of the vector
     "transB": (gemm(96, 64, transB=1), [5, 16, 1, 0]),
     "odd-features": (gemm(40, 91), [9, 3]),
     "matmul-node": (model([node("MatMul", ["x", "w"], ["y"])], [("x", F, ["N", 33])], [("y", F, None)],
                           {"w": weight(33, 20, 1, 1)[:, :, 0, 0]}), [7, 2]),
+    # weights too large for the cache, walked in blocks of K (fc6's case)
+    "k-blocks": (gemm(16896, 80, transB=1), [13, 1, 0]),
+    "k-blocks-4-vectors": (gemm(4608, 64), [7]),
 }
 
 
@@ -101,10 +106,24 @@ def test_matmuls_match_onnxruntime(onnx_check, case):
     onnx_check(m, [[uniform((n, k), -2, 2)] for n in rows], atol=1e-5)
 
 
-def test_matmuls_by_constants_take_the_packed_kernel():
-    mod = lower(from_onnx(DENSE["transB"][0]), target_schedule.host_target())
+def scheduled_dense(m) -> str:
+    mod = lower(from_onnx(m), target_schedule.host_target())
     (scheduled,) = [cpu_schedule.schedule(f).script() for f in mod.functions.values() if "tirx" in type(f).__module__]
+    return scheduled
+
+
+def test_matmuls_by_constants_take_the_packed_kernel():
+    scheduled = scheduled_dense(DENSE["transB"][0])
     assert f"{cpu_dense.BLOCK}_local" in scheduled and "T.vectorized" in scheduled
+    blocked = scheduled_dense(DENSE["k-blocks"][0])  # sums kept in the packed result between K blocks
+    assert f"{cpu_dense.BLOCK}_local" not in blocked and "k_0" in blocked and "T.vectorized" in blocked
+
+
+@pytest.mark.parametrize("depth, column_bytes, block", [(12544, 3 << 20, 256), (4608, 4608 * 256, 256),
+                                                       (1024, 1 << 18, None), (4099, 4 << 20, None),
+                                                       (6000, 6 << 20, 250)])
+def test_k_blocks_divide_k(depth, column_bytes, block):
+    assert cpu_dense.k_block(depth, column_bytes) == block
 
 
 def test_dense_packing():

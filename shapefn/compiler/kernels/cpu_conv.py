@@ -10,14 +10,17 @@ Mask R-CNN's mask head ran at a tenth of the machine's speed. Here:
   zero-padded to a multiple of ``L``), so one vector load fetches the
   weights of ``L`` output channels;
 * the input is padded once (``pad``): its borders, and its width so that
-  the output width is a whole number of ``COLUMNS`` tiles;
-* the convolution (``conv2d_packed``) accumulates a tile of ``VECTORS``
-  channel vectors by ``COLUMNS`` output columns in registers over every
-  input channel and kernel position: each step is ``VECTORS`` weight-vector
-  loads, ``COLUMNS`` broadcast input values and ``VECTORS * COLUMNS``
-  fused multiply-adds; tiles are parallel over channel blocks;
+  the output width is a whole number of tiles;
+* the convolution (``conv2d_packed``) accumulates a tile of channel vectors
+  by output columns (``register_tile``: 4 x 4 with AVX-512's 32 vector
+  registers, 2 x 4 with 16) in registers over every input channel and
+  kernel position: each step is one weight-vector load per vector, one
+  broadcast input value per column and a fused multiply-add per pair;
+  tiles are parallel over groups of channel vectors, images and output
+  rows;
 * ``unpack`` writes the NCHW output, where the operations fused after the
-  convolution (bias, activation) are computed too.
+  convolution (bias, activation) are computed too, one output row of a
+  vector's channels at a time.
 
 Every size but the channel counts and the kernel may be known only at run
 time (batch: ROI counts; height and width: image sizes): the vectors run
@@ -35,8 +38,20 @@ from .tir_builder import i64
 # The annotation that marks the packed convolution's block for cpu_schedule.
 ATTR = "shapefn.kernel"
 BLOCK = "conv2d_packed"
-COLUMNS = 8  # output columns per register tile
-VECTORS = 2  # channel vectors per register tile
+# (channel vectors, output columns) of the register tile, by the float32
+# lanes of the vectors: AVX-512 has 32 vector registers, AVX2 and SSE 16.
+# Measured on one core of an AVX-512 machine (bench kernels' convolutions,
+# and built for x86-64-v3 for 8 lanes): 4 x 4 beat 2 x 8 by 0-20% and 4 x 6
+# (more accumulators, but LLVM keeps the broadcast inputs of the kernel's
+# columns live across them and then spills); with 16 registers 2 x 4 ran
+# 1.3-1.6x faster than 2 x 8, which spills.
+TILES = {16: (4, 4), 8: (2, 4), 4: (2, 4)}
+
+
+def register_tile(lanes_: int) -> tuple[int, int]:
+    """(channel vectors, output columns) of the register tile for vectors
+    of ``lanes_`` float32 lanes."""
+    return TILES[lanes_]
 
 
 def lanes(features) -> int:
@@ -80,7 +95,8 @@ def conv2d_te(data: te.Tensor, packed: te.Tensor, out_channels: int, strides, pa
     top, left, bottom, right = padding
     out_h = (height + (top + bottom) - (dh * (kh - 1) + 1)) // sh + 1
     out_w = (width + (left + right) - (dw * (kw - 1) + 1)) // sw + 1
-    tiles_w = (out_w + (COLUMNS - 1)) // COLUMNS * COLUMNS
+    columns = register_tile(lanes_)[1]
+    tiles_w = (out_w + (columns - 1)) // columns * columns
     padded_h = (out_h - 1) * sh + dh * (kh - 1) + 1
     padded_w = (tiles_w - 1) * sw + dw * (kw - 1) + 1
     zero = tirx.const(0, data.dtype)
@@ -118,33 +134,57 @@ def is_packed_conv(sch: s_tir.Schedule, block) -> bool:
 
 
 def schedule(sch: s_tir.Schedule, block) -> None:
-    """The register tiling of the module's docstring on the ``BLOCK`` block
-    (parallel over blocks of output channels: every model's convolutions
-    have at least as many as a few cores)."""
-    for stage in [*sch.get_producers(block), *unpack_with_epilogue(sch, block)]:
+    """The register tiling of the module's docstring on the ``BLOCK`` block,
+    parallel over (groups of channel vectors, images, output rows): with
+    few output channels (64 are one group of 4 vectors) the channel groups
+    alone would leave cores idle."""
+    lanes_ = sch.get(sch.get_loops(block)[4]).extent.value
+    for stage in sch.get_producers(block):
         loops = sch.get_loops(stage)
         sch.parallel(sch.fuse(*loops[:2]) if len(loops) > 1 else loops[0])
+    for stage in unpack_with_epilogue(sch, block):
+        _schedule_unpack(sch, stage, lanes_)
     b, ob, y, x, ol, ic, ry, rx = sch.get_loops(block)
-    tile_in_registers(sch, block, ob, [b, y], sch.split(x, [None, COLUMNS]), [ic, ry, rx], ol)
+    vectors, columns = register_tile(lanes_)
+    tile_in_registers(sch, block, ob, vectors, [b, y], sch.split(x, [None, columns]), [ic, ry, rx], ol)
 
 
-def tile_in_registers(sch: s_tir.Schedule, block, vector_blocks, outer, tile, reductions, lanes) -> None:
-    """The scheme the packed kernels share: ``VECTORS`` of the
-    ``vector_blocks`` (when they divide them) by the inner loop of ``tile``
-    (outer, inner) accumulate in registers over the ``reductions``, the
-    ``lanes`` vectorized; parallel over groups of vector blocks, then the
-    ``outer`` loops."""
+def _schedule_unpack(sch: s_tir.Schedule, stage, lanes_: int) -> None:
+    """The NCHW unpacking read one output row of ``lanes_`` channels at a
+    time: that row of the packed result (``[lanes_ x width]``) stays in L1
+    while its channels are written out, each a contiguous run of the output.
+    (Channel by channel over whole maps, each read of the packed result
+    fetched a cache line from L2 for one element: a third of a 1x1
+    convolution's time.)"""
+    loops = sch.get_loops(stage)
+    channels = sch.get(loops[1]).extent if len(loops) == 4 else None
+    if not isinstance(channels, tirx.IntImm):
+        sch.parallel(sch.fuse(*loops[:2]) if len(loops) > 1 else loops[0])
+        return
+    b, c, y, x = loops
+    c_outer, c_inner = sch.split(c, [None, lanes_])
+    sch.reorder(b, c_outer, y, c_inner, x)
+    sch.parallel(sch.fuse(b, c_outer))
+
+
+def tile_in_registers(sch: s_tir.Schedule, block, vector_blocks, vectors: int, outer, tile, reductions,
+                      lanes_) -> None:
+    """The scheme the packed kernels share: ``vectors`` of the
+    ``vector_blocks`` (or the most of 2 and 1 that divide them) by the inner
+    loop of ``tile`` (outer, inner) accumulate in registers over the
+    ``reductions``, the ``lanes_`` vectorized; parallel over groups of
+    vector blocks and the ``outer`` loops, fused."""
     extent = sch.get(vector_blocks).extent
-    vectors = VECTORS if isinstance(extent, tirx.IntImm) and extent.value % VECTORS == 0 else 1
+    vectors = next(v for v in (vectors, 2, 1) if v <= vectors and extent.value % v == 0)
     blocks_outer, blocks_inner = sch.split(vector_blocks, [None, vectors])
     tile_outer, tile_inner = tile
-    sch.reorder(blocks_outer, *outer, tile_outer, *reductions, blocks_inner, tile_inner, lanes)
-    sch.parallel(blocks_outer)
+    sch.reorder(blocks_outer, *outer, tile_outer, *reductions, blocks_inner, tile_inner, lanes_)
+    sch.parallel(sch.fuse(blocks_outer, *outer) if outer else blocks_outer)
     accumulators = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(accumulators, tile_outer)
     sch.unroll(blocks_inner)
     sch.unroll(tile_inner)
-    sch.vectorize(lanes)
+    sch.vectorize(lanes_)
     sch.decompose_reduction(block, reductions[0])
     sch.vectorize(sch.get_loops(accumulators)[-1])
 
