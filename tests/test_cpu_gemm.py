@@ -1,7 +1,8 @@
 """Convolutions and matmuls by constants on the CPU
 (``compiler/kernels/cpu_conv.py``, ``cpu_dense.py``): the weight packed
 into vectors of output channels, a register-tiled kernel over sizes known
-only at run time. Compared with onnxruntime on sim and opencl
+only at run time; depthwise convolutions (``cpu_depthwise.py``) vectorized
+over output columns. Compared with onnxruntime on sim and opencl
 (``onnx_check``) at shapes that exercise its edges: output channels not a
 multiple of the vector, output widths and row counts not a multiple of the
 tile, strides, dilations, asymmetric padding, batch 0, a fused bias and
@@ -11,7 +12,7 @@ import pytest
 from test_onnx_ops import F, model, node, uniform
 
 from shapefn.compiler import cpu_schedule, target_schedule
-from shapefn.compiler.kernels import cpu_conv, cpu_dense
+from shapefn.compiler.kernels import cpu_conv, cpu_dense, cpu_depthwise
 from shapefn.compiler.relax_passes import lower
 from shapefn.frontend import from_onnx
 
@@ -64,9 +65,48 @@ def packed_kernels(m) -> list[str]:
 def test_one_group_convolutions_take_the_packed_kernel():
     (scheduled,) = packed_kernels(CASES["3x3-relu"][0])
     assert f"{cpu_conv.BLOCK}_local" in scheduled and "T.vectorized" in scheduled  # accumulators in registers
-    depthwise = model([node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], group=8, pads=[1, 1, 1, 1])],
-                      [("x", F, [1, 8, "H", "W"])], [("y", F, None)], {"w": weight(8, 1, 3, 3)})
-    assert packed_kernels(depthwise) == []  # grouped: TVM's
+    assert packed_kernels(DEPTHWISE["3x3-relu"][0]) == []  # grouped: cpu_depthwise's
+
+
+def grouped(c, o, kernel, group, *, act=None, **attrs):
+    """``Conv(x [N, c, H, W], group=group)`` with ``o`` outputs, a bias and ``act`` after it."""
+    nodes = [node("Conv", ["x", "w", "b"], ["c" if act else "y"], kernel_shape=list(kernel), group=group, **attrs)]
+    if act:
+        nodes.append(node(act, ["c"], ["y"]))
+    return model(nodes, [("x", F, ["N", c, "H", "W"])], [("y", F, None)],
+                 {"w": weight(o, c // group, *kernel), "b": uniform(o, -0.5, 0.5)})
+
+
+DEPTHWISE = {
+    # MobileNetV3's: widths no multiple of the vector, strides, 5x5
+    "3x3-relu": (grouped(12, 12, (3, 3), 12, act="Relu", pads=[1, 1, 1, 1]), [(2, 9, 21), (1, 1, 1), (0, 5, 5)]),
+    "5x5-stride2": (grouped(8, 8, (5, 5), 8, strides=[2, 2], pads=[2, 2, 2, 2]), [(1, 17, 35), (1, 4, 3)]),
+    "stride3-asymmetric": (grouped(4, 4, (3, 3), 4, strides=[3, 2], pads=[0, 2, 1, 0]), [(1, 11, 19)]),
+    "dilated": (grouped(6, 6, (3, 3), 6, dilations=[2, 3], pads=[2, 3, 2, 3]), [(1, 10, 12)]),
+    "multiplier-2": (grouped(5, 10, (3, 3), 5, pads=[1, 1, 1, 1]), [(2, 6, 7)]),
+    # two input channels per group: TVM's kernel
+    "two-per-group": (grouped(8, 8, (3, 3), 4, pads=[1, 1, 1, 1]), [(1, 6, 7)]),
+}
+
+
+@pytest.mark.parametrize("case", DEPTHWISE)
+def test_depthwise_convolutions_match_onnxruntime(onnx_check, case):
+    m, shapes = DEPTHWISE[case]
+    c = m.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+    onnx_check(m, [[uniform((n, c, h, w), -2, 2)] for n, h, w in shapes], atol=1e-5)
+
+
+def test_depthwise_convolutions_take_the_vectorized_kernel():
+    marker = f'"{cpu_conv.ATTR}": "{cpu_depthwise.BLOCK}"'
+
+    def kernels(m):
+        mod = lower(from_onnx(m), target_schedule.host_target())
+        return [cpu_schedule.schedule(f).script() for f in mod.functions.values()
+                if "tirx" in type(f).__module__ and marker in f.script()]
+
+    (scheduled,) = kernels(DEPTHWISE["5x5-stride2"][0])
+    assert "T.parallel" in scheduled and "T.vectorized" in scheduled
+    assert kernels(DEPTHWISE["two-per-group"][0]) == []
 
 
 @pytest.mark.parametrize("features, lanes", [(["avx512f", "avx2", "avx"], 16), (["avx2", "avx"], 8), (["sse4.2"], 4)])

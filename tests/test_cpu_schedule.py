@@ -55,7 +55,8 @@ def test_matmul_is_scheduled_and_bitwise_unchanged(rng, batch, rows, depth, cols
 @pytest.mark.parametrize("groups, channels_in, channels_out, size, kernel, scheduled", [
     (1, 40, 24, 20, 1, True),    # pointwise
     (1, 8, 12, 9, 3, True),      # 3x3, odd size
-    (8, 8, 8, 12, 3, False),     # depthwise: 9 products per output, left alone
+    (8, 8, 8, 12, 3, True),      # depthwise: cpu_depthwise's kernel
+    (4, 8, 8, 12, 3, False),     # two channels per group: 18 products per output, left alone
 ])
 def test_convolution_with_runtime_sizes_is_bitwise_unchanged(rng, groups, channels_in, channels_out, size, kernel,
                                                              scheduled):
@@ -72,7 +73,7 @@ def test_convolution_with_runtime_sizes_is_bitwise_unchanged(rng, groups, channe
     result = cpu_schedule.schedule(func)
     assert has_parallel_loop(result) == scheduled
     data = rng.standard_normal((1, channels_in, size, size + 3)).astype(np.float32)
-    # One group: cpu_conv's kernel, which takes the weight packed (as legalization packed it).
+    # One group: cpu_conv's kernel, which takes the weight packed (as legalization packed it); grouped: OIHW.
     lanes = cpu_conv.lanes(target_schedule.host_cpu_features(target_schedule.host_target()))
     weight_arg = cpu_conv.pack_weight(weight, lanes) if groups == 1 else weight
     outs = []

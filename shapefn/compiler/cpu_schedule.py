@@ -14,12 +14,13 @@ unscheduled kernel.
 
 A convolution or matmul legalized as ``kernels/cpu_conv.py``'s or
 ``kernels/cpu_dense.py``'s packed kernel gets that module's register-tiled
-schedule instead.
+schedule instead, and a depthwise convolution legalized as
+``kernels/cpu_depthwise.py``'s kernel that module's schedule.
 
 Only a block whose iterators are spatial then reduction (``S..SR..R``, at
 least two spatial) with at least ``_MIN_REDUCTION`` products per output (or
-a reduction of runtime extent) is scheduled: a depthwise convolution's 9 per
-output ran slower in tiles. In every other kernel that reduces, each
+a reduction of runtime extent) is scheduled: a grouped convolution's 9 or
+18 per output ran slower in tiles. In every other kernel that reduces, each
 reduction's initial value is written before its loops (``_init_first``):
 TVM writes it in the first iteration, so a reduction over an empty axis left
 its output unwritten.
@@ -32,10 +33,10 @@ import math
 import tvm_ffi
 from tvm import s_tir, tirx
 
-from .kernels import cpu_conv, cpu_dense
+from .kernels import cpu_conv, cpu_dense, cpu_depthwise
 
 # Part of every CPU kernel's cache key: a change here recompiles them.
-VERSION = "reduction-3+conv2d-packed-1+dense-packed-1"
+VERSION = "reduction-3+conv2d-packed-2+dense-packed-2+depthwise-1"
 _ROWS = 4
 _LANES = (64, 32, 16, 8, 4)
 _MIN_REDUCTION = 32
@@ -71,11 +72,14 @@ def schedule(func: tirx.PrimFunc) -> tirx.PrimFunc:
 
 def _packed_schedule(sch: s_tir.Schedule, block):
     """The schedule of a convolution or matmul legalized as a packed kernel
-    (``kernels/cpu_conv.py``, ``kernels/cpu_dense.py``), or None."""
+    (``kernels/cpu_conv.py``, ``kernels/cpu_dense.py``) or of a depthwise
+    convolution (``kernels/cpu_depthwise.py``), or None."""
     if cpu_conv.is_packed_conv(sch, block):
         return cpu_conv.schedule
     if cpu_dense.is_packed_dense(sch, block):
         return cpu_dense.schedule
+    if cpu_depthwise.is_depthwise(sch, block):
+        return cpu_depthwise.schedule
     return None
 
 
@@ -105,7 +109,7 @@ def _tiled(sch: s_tir.Schedule, block) -> bool:
         return False
     extents = [sch.get(loop).extent for loop in loops[n_spatial:]]
     if all(isinstance(e, tirx.IntImm) for e in extents) and math.prod(e.value for e in extents) < _MIN_REDUCTION:
-        return False  # a depthwise convolution: too little work per output for tiles to pay
+        return False  # a grouped convolution: too little work per output for tiles to pay
     columns = sch.get(loops[n_spatial - 1]).extent
     lanes = next((v for v in _LANES if isinstance(columns, tirx.IntImm) and columns.value % v == 0), None)
     *outer, rows, cols = loops[:n_spatial]

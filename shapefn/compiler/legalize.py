@@ -1,8 +1,9 @@
 """Legalizations shapefn overrides in TVM's ``LegalizeOps``.
 
 ``conv2d`` and ``matmul`` by constants on the CPU, whose defaults are far
-from the machine's speed (``kernels/cpu_conv.py``, ``kernels/cpu_dense.py``); ``relu``, ``clip``, ``maximum`` and
-``minimum``, which give a number for NaN where ONNX keeps NaN;
+from the machine's speed (``kernels/cpu_conv.py``, ``kernels/cpu_depthwise.py``,
+``kernels/cpu_dense.py``); ``relu``, ``clip``, ``maximum`` and ``minimum``,
+which give a number for NaN where ONNX keeps NaN;
 ``broadcast_to`` from a size-1 dimension known only at run time and
 ``resize2d`` with symbolic output sizes, because TVM's are wrong there (build
 failures, off-by-one pixels against onnxruntime); ``concat`` of many inputs
@@ -17,7 +18,7 @@ import functools
 import tvm
 from tvm import ir, relax, te, tirx, topi
 
-from .kernels import cpu_conv, cpu_dense, dynamic, resize, scan
+from .kernels import cpu_conv, cpu_dense, cpu_depthwise, dynamic, resize, scan
 from .kernels.concat import sequential_concat
 from .kernels.scatter import SCATTER_REDUCTIONS, scatter_elements
 from .placement import is_tensor_const
@@ -99,16 +100,24 @@ def legalize_conv2d_transpose(bb: relax.BlockBuilder, call: relax.Call) -> relax
 
 
 def legalize_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """A CPU convolution of NCHW data with a constant OIHW weight (one
-    group) as ``cpu_conv``'s register-tiled kernel, its weight packed here;
-    any other convolution as TVM's."""
+    """A CPU convolution of NCHW data with a constant OIHW weight as
+    ``cpu_conv``'s register-tiled kernel (one group; its weight packed
+    here) or ``cpu_depthwise``'s (one input channel per group); any other
+    convolution as TVM's."""
     attrs = call.attrs
     data, weight = call.args
     dtype = str(attrs.out_dtype or data.ty.dtype)
-    if (not is_tensor_const(weight) or int(attrs.groups) != 1 or str(attrs.data_layout) != "NCHW"
+    if (not is_tensor_const(weight) or str(attrs.data_layout) != "NCHW"
             or str(attrs.kernel_layout) != "OIHW" or str(attrs.out_layout) != "NCHW"
             or {str(data.ty.dtype), str(weight.ty.dtype), dtype} != {"float32"}):
         return _default_legalization(bb, call)
+    groups = int(attrs.groups)
+    if groups != 1:
+        if int(weight.ty.shape[1]) != 1:  # (one input channel per group: depthwise)
+            return _default_legalization(bb, call)
+        return bb.call_te(cpu_depthwise.depthwise_te, data, weight, groups, [int(s) for s in attrs.strides],
+                          [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation], dtype,
+                          _vector_lanes(), primfunc_name_hint="depthwise_conv2d")
     packed = relax.const(cpu_conv.pack_weight(weight.value.numpy(), _vector_lanes()))
     return bb.call_te(cpu_conv.conv2d_te, data, packed, int(weight.ty.shape[0]),
                       [int(s) for s in attrs.strides], [int(p) for p in attrs.padding],
