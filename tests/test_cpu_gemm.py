@@ -133,9 +133,12 @@ DENSE = {
     "odd-features": (gemm(40, 91), [9, 3]),
     "matmul-node": (model([node("MatMul", ["x", "w"], ["y"])], [("x", F, ["N", 33])], [("y", F, None)],
                           {"w": weight(33, 20, 1, 1)[:, :, 0, 0]}), [7, 2]),
-    # weights too large for the cache, walked in blocks of K (fc6's case)
-    "k-blocks": (gemm(16896, 80, transB=1), [13, 1, 0]),
-    "k-blocks-4-vectors": (gemm(4608, 64), [7]),
+}
+# walked in blocks of K (fc6's case: weights too large for the cache), here
+# with the size limit set to 0
+K_BLOCKED = {
+    "k-blocks": (gemm(1536, 80, transB=1), [13, 1, 0]),
+    "k-blocks-4-vectors": (gemm(768, 64), [7]),
 }
 
 
@@ -146,16 +149,26 @@ def test_matmuls_match_onnxruntime(onnx_check, case):
     onnx_check(m, [[uniform((n, k), -2, 2)] for n in rows], atol=1e-5)
 
 
+@pytest.mark.parametrize("case", K_BLOCKED)
+def test_k_blocked_matmuls_match_onnxruntime(onnx_check, monkeypatch, case):
+    monkeypatch.setattr(cpu_dense, "K_BLOCKED_BYTES", 0)
+    m, rows = K_BLOCKED[case]
+    k = m.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+    onnx_check(m, [[uniform((n, k), -2, 2)] for n in rows], atol=1e-5)
+
+
 def scheduled_dense(m) -> str:
     mod = lower(from_onnx(m), target_schedule.host_target())
     (scheduled,) = [cpu_schedule.schedule(f).script() for f in mod.functions.values() if "tirx" in type(f).__module__]
     return scheduled
 
 
-def test_matmuls_by_constants_take_the_packed_kernel():
+def test_matmuls_by_constants_take_the_packed_kernel(monkeypatch):
     scheduled = scheduled_dense(DENSE["transB"][0])
     assert f"{cpu_dense.BLOCK}_local" in scheduled and "T.vectorized" in scheduled
-    blocked = scheduled_dense(DENSE["k-blocks"][0])  # sums kept in the packed result between K blocks
+    assert "k_0" not in scheduled  # (weights small enough: K not blocked)
+    monkeypatch.setattr(cpu_dense, "K_BLOCKED_BYTES", 0)
+    blocked = scheduled_dense(K_BLOCKED["k-blocks"][0])  # sums kept in the packed result between K blocks
     assert f"{cpu_dense.BLOCK}_local" not in blocked and "k_0" in blocked and "T.vectorized" in blocked
 
 
