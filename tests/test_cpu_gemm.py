@@ -23,12 +23,12 @@ def weight(o, i, kh, kw):
     return (rng.standard_normal((o, i, kh, kw)) / np.sqrt(i * kh * kw)).astype(np.float32)
 
 
-def conv(c, o, kernel, *, act=None, **attrs):
-    """``Conv(x [N, c, H, W])`` with ``o`` outputs, a bias and ``act`` after it."""
+def conv(c, o, kernel, *, act=None, size=("H", "W"), **attrs):
+    """``Conv(x [N, c, *size])`` with ``o`` outputs, a bias and ``act`` after it."""
     nodes = [node("Conv", ["x", "w", "b"], ["c" if act else "y"], kernel_shape=list(kernel), **attrs)]
     if act:
         nodes.append(node(act, ["c"], ["y"]))
-    return model(nodes, [("x", F, ["N", c, "H", "W"])], [("y", F, None)],
+    return model(nodes, [("x", F, ["N", c, *size])], [("y", F, None)],
                  {"w": weight(o, c, *kernel), "b": uniform(o, -0.5, 0.5)})
 
 
@@ -40,6 +40,8 @@ CASES = {
     "dilated": (conv(16, 16, (3, 3), dilations=[2, 2], pads=[2, 2, 2, 2]), [(1, 10, 12)]),
     "7x7-stem": (conv(3, 16, (7, 7), act="Relu", strides=[2, 2], pads=[3, 3, 3, 3]), [(1, 33, 30)]),
     "rectangular-kernel": (conv(8, 32, (1, 3), pads=[0, 1, 0, 1]), [(1, 6, 17)]),
+    # the mask head's sizes are static: a tile of 7 columns fits 14 (with AVX-512)
+    "static-14x14": (conv(16, 64, (3, 3), act="Relu", pads=[1, 1, 1, 1], size=(14, 14)), [(3, 14, 14), (0, 14, 14)]),
     # a whole group of channel vectors (4 x 16 with AVX-512), parallel over images and rows too
     "64-channels": (conv(8, 64, (3, 3), act="Relu", pads=[1, 1, 1, 1]), [(2, 5, 7), (1, 1, 9), (0, 3, 3)]),
 }
@@ -107,6 +109,12 @@ def test_depthwise_convolutions_take_the_vectorized_kernel():
     (scheduled,) = kernels(DEPTHWISE["5x5-stride2"][0])
     assert "T.parallel" in scheduled and "T.vectorized" in scheduled
     assert kernels(DEPTHWISE["two-per-group"][0]) == []
+
+
+@pytest.mark.parametrize("lanes, width, tile", [(16, None, (4, 4)), (16, 20, (4, 4)), (16, 14, (2, 7)),
+                                               (16, 10, (4, 5)), (8, 14, (2, 4)), (4, None, (2, 4))])
+def test_register_tiles_pad_static_widths_least(lanes, width, tile):
+    assert cpu_conv.register_tile(lanes, width) == tile
 
 
 @pytest.mark.parametrize("features, lanes", [(["avx512f", "avx2", "avx"], 16), (["avx2", "avx"], 8), (["sse4.2"], 4)])

@@ -4,9 +4,16 @@ ONNX model, and for matmuls numpy's BLAS too.
 
 Each case is a layer of a torchvision detection model at 320x320 (ROI
 heads at a fixed number of ROIs), imported with its batch and image sizes
-symbolic, as in the models. Timings are medians of ``--repeat`` interleaved
+symbolic, as in the models (the mask head's image size is static there, and
+here: ``STATIC_SIZES``). Timings are medians of ``--repeat`` interleaved
 repetitions; ``ratio`` is shapefn's time over onnxruntime's, and ``gflops``
 each runtime's rate. Outputs are checked against onnxruntime's first.
+
+onnxruntime runs with as many intra-op threads as TVM's thread pool has
+(``--threads`` overrides it for onnxruntime only). TVM sizes its pool from
+``TVM_NUM_THREADS``, or else half the logical CPUs on x86 (it assumes two
+hardware threads per core): on a 2-CPU machine, one thread, where
+onnxruntime had been given two.
 
 onnxruntime runs with its worker threads' spin-waiting off: left on, they
 keep spinning for a while after each run, and with as many threads as cores
@@ -15,16 +22,16 @@ doubled shapefn's times: a mask head convolution took 58-83 ms interleaved
 and 27 ms alone), while onnxruntime itself, one op per run, was as fast
 without it.
 
-``python -m shapefn.bench kernels [--repeat 20] [--threads 2] [--json] [--only NAME ...]``
+``python -m shapefn.bench kernels [--repeat 20] [--threads N] [--json] [--only NAME ...]``
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 
 import numpy as np
+import tvm_ffi
 from onnx import TensorProto, helper, numpy_helper
 
 from ..compiler.compile import compile as compile_relax
@@ -32,6 +39,9 @@ from ..frontend import from_onnx
 from ..vm import VirtualMachine
 from . import timing
 
+# Convolutions whose height and width are static in the models (the mask
+# head reads RoIAlign's fixed-size output); the others' are symbolic.
+STATIC_SIZES = {"maskrcnn_mask_head_3x3"}
 # name -> (what, N, C, H, W, O, kernel, stride, pad, group): convolutions
 CONVOLUTIONS = {
     "maskrcnn_mask_head_3x3": ("Mask R-CNN mask head, 16 ROIs", 16, 256, 14, 14, 256, 3, 1, 1, 1),
@@ -58,12 +68,13 @@ def _model(nodes, x_shape, inits):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def conv_case(n, c, h, w, o, k, stride, pad, group, rng):
+def conv_case(n, c, h, w, o, k, stride, pad, group, rng, *, static=False):
     weight = (rng.standard_normal((o, c // group, k, k)) / np.sqrt(c // group * k * k)).astype(np.float32)
     bias = rng.standard_normal(o).astype(np.float32) * 0.1
     conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k], strides=[stride] * 2,
                             pads=[pad] * 4, group=group)
-    model = _model([conv, helper.make_node("Relu", ["c"], ["y"])], ["N", c, "H", "W"], {"w": weight, "b": bias})
+    size = [h, w] if static else ["H", "W"]
+    model = _model([conv, helper.make_node("Relu", ["c"], ["y"])], ["N", c, *size], {"w": weight, "b": bias})
     out_hw = ((h + 2 * pad - k) // stride + 1) * ((w + 2 * pad - k) // stride + 1)
     return model, rng.uniform(-1, 1, (n, c, h, w)).astype(np.float32), 2 * n * o * (c // group) * k * k * out_hw
 
@@ -106,17 +117,21 @@ def measure(name, model, x, flops, *, threads, repeat, reference=None):
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m shapefn.bench kernels", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--threads", type=int, default=None,
+                        help="onnxruntime's intra-op threads (default: as many as TVM's thread pool)")
     parser.add_argument("--only", nargs="*", default=None, help="kernel names (default: all)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
+    tvm_threads = int(tvm_ffi.get_global_func("runtime.NumThreads")())
+    if args.threads is None:
+        args.threads = tvm_threads
     rng = np.random.default_rng(0)
     rows = {}
     names = args.only or [*CONVOLUTIONS, *MATMULS]
     for name in names:
         if name in CONVOLUTIONS:
             what, *shape = CONVOLUTIONS[name]
-            model, x, flops = conv_case(*shape, rng)
+            model, x, flops = conv_case(*shape, rng, static=name in STATIC_SIZES)
             row = measure(name, model, x, flops, threads=args.threads, repeat=args.repeat)
         elif name in MATMULS:
             what, *shape = MATMULS[name]
@@ -133,4 +148,5 @@ def main(argv=None) -> None:
                   f"onnxruntime {row['onnxruntime_ms']:8.2f} ms ({row['onnxruntime_gflops']:6.1f} GF/s){extra}  "
                   f"ratio {row['ratio']:5.2f}", flush=True)
     if args.json:
-        print(json.dumps({"threads": args.threads, "repeat": args.repeat, "kernels": rows}, indent=1))
+        print(json.dumps({"threads": args.threads, "tvm_threads": tvm_threads, "repeat": args.repeat,
+                          "kernels": rows}, indent=1))

@@ -13,7 +13,8 @@ Mask R-CNN's mask head ran at a tenth of the machine's speed. Here:
   the output width is a whole number of tiles;
 * the convolution (``conv2d_packed``) accumulates a tile of channel vectors
   by output columns (``register_tile``: 4 x 4 with AVX-512's 32 vector
-  registers, 2 x 4 with 16) in registers over every input channel and
+  registers, 2 x 4 with 16; with AVX-512 a static width gets 4 x 5 or 2 x 7
+  where they pad it less) in registers over every input channel and
   kernel position: each step is one weight-vector load per vector, one
   broadcast input value per column and a fused multiply-add per pair;
   tiles are parallel over groups of channel vectors, images and output
@@ -31,27 +32,35 @@ from __future__ import annotations
 
 import numpy as np
 import tvm_ffi
-from tvm import s_tir, te, tirx
+from tvm import s_tir, sym, te, tirx
 
 from .tir_builder import i64
 
 # The annotation that marks the packed convolution's block for cpu_schedule.
 ATTR = "shapefn.kernel"
 BLOCK = "conv2d_packed"
-# (channel vectors, output columns) of the register tile, by the float32
-# lanes of the vectors: AVX-512 has 32 vector registers, AVX2 and SSE 16.
+# Register tiles (channel vectors, output columns) by the float32 lanes of
+# the vectors, best first: AVX-512 has 32 vector registers, AVX2 and SSE 16.
 # Measured on one core of an AVX-512 machine (bench kernels' convolutions,
-# and built for x86-64-v3 for 8 lanes): 4 x 4 beat 2 x 8 by 0-20% and 4 x 6
-# (more accumulators, but LLVM keeps the broadcast inputs of the kernel's
-# columns live across them and then spills); with 16 registers 2 x 4 ran
-# 1.3-1.6x faster than 2 x 8, which spills.
-TILES = {16: (4, 4), 8: (2, 4), 4: (2, 4)}
+# and built for x86-64-v3 for 8 lanes): 4 x 4 beat 2 x 8 by 0-20%, 4 x 5 ran
+# as fast, 4 x 6 and 4 x 7 slower (LLVM keeps the broadcast inputs of the
+# kernel's columns live across the accumulators and then spills); with 16
+# registers 2 x 4 ran 1.3-1.6x faster than 2 x 8, which spills. A width
+# known only at run time gets the first; a static one the tile that pads it
+# least (the mask head's 14 columns: 2 x 7, 15% faster than 4 x 4's 16).
+TILES = {16: [(4, 4), (4, 5), (2, 7)], 8: [(2, 4)], 4: [(2, 4)]}
+_TILE_ATTR = "shapefn.tile"  # "<vectors>x<columns>", for the schedule
 
 
-def register_tile(lanes_: int) -> tuple[int, int]:
+def register_tile(lanes_: int, out_w=None) -> tuple[int, int]:
     """(channel vectors, output columns) of the register tile for vectors
-    of ``lanes_`` float32 lanes."""
-    return TILES[lanes_]
+    of ``lanes_`` float32 lanes and ``out_w`` output columns (an int, or
+    an expression known only at run time)."""
+    tiles = TILES[lanes_]
+    if not isinstance(out_w, int | tirx.IntImm):
+        return tiles[0]
+    width = int(out_w)
+    return min(tiles, key=lambda tile: -(-width // tile[1]) * tile[1])
 
 
 def lanes(features) -> int:
@@ -95,7 +104,7 @@ def conv2d_te(data: te.Tensor, packed: te.Tensor, out_channels: int, strides, pa
     top, left, bottom, right = padding
     out_h = (height + (top + bottom) - (dh * (kh - 1) + 1)) // sh + 1
     out_w = (width + (left + right) - (dw * (kw - 1) + 1)) // sw + 1
-    columns = register_tile(lanes_)[1]
+    vectors, columns = register_tile(lanes_, sym.Analyzer().simplify(out_w))
     tiles_w = (out_w + (columns - 1)) // columns * columns
     padded_h = (out_h - 1) * sh + dh * (kh - 1) + 1
     padded_w = (tiles_w - 1) * sw + dw * (kw - 1) + 1
@@ -114,7 +123,7 @@ def conv2d_te(data: te.Tensor, packed: te.Tensor, out_channels: int, strides, pa
         lambda b, ob, y, x, ol: te.sum(
             padded[b, ic, y * sh + ry * dh, x * sw + rx * dw].astype(out_dtype)
             * packed[ob, ic, ry, rx, ol].astype(out_dtype), axis=[ic, ry, rx]),
-        name=BLOCK, attrs={ATTR: BLOCK})
+        name=BLOCK, attrs={ATTR: BLOCK, _TILE_ATTR: f"{vectors}x{columns}"})
 
     def at(b, channel, y, x):
         return conv[b, channel // lanes_, y, x, channel % lanes_]
@@ -145,7 +154,7 @@ def schedule(sch: s_tir.Schedule, block) -> None:
     for stage in unpack_with_epilogue(sch, block):
         _schedule_unpack(sch, stage, lanes_)
     b, ob, y, x, ol, ic, ry, rx = sch.get_loops(block)
-    vectors, columns = register_tile(lanes_)
+    vectors, columns = (int(d) for d in str(sch.get(block).annotations[_TILE_ATTR]).split("x"))
     tile_in_registers(sch, block, ob, vectors, [b, y], sch.split(x, [None, columns]), [ic, ry, rx], ol)
 
 
