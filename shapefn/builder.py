@@ -52,6 +52,7 @@ class FunctionBuilder(InstructionMethods):
                     self.symbols.append(d)
         self._num_registers = len(self.params)
         self._instructions: list[tuple[str, list]] = []
+        self._sources: list[tuple[int, str]] = []  # (first instruction, source)
 
     @property
     def args(self) -> list[Reg]:
@@ -61,6 +62,20 @@ class FunctionBuilder(InstructionMethods):
         r = Reg(self._num_registers)
         self._num_registers += 1
         return r
+
+    @property
+    def source(self) -> str:
+        """What the instructions emitted now are for ("" for nothing named)."""
+        return self._sources[-1][1] if self._sources else ""
+
+    @source.setter
+    def source(self, text: str) -> None:
+        """The instructions emitted from here on are for ``text`` ("ONNX
+        node 'x' (Concat)"): an error one of them raises starts with it."""
+        if self._sources and self._sources[-1][0] == len(self._instructions):
+            self._sources.pop()  # nothing was emitted for the previous one
+        if text != self.source:
+            self._sources.append((len(self._instructions), str(text)))
 
     def place(self, label: Label) -> None:
         label.position = len(self._instructions)
@@ -145,6 +160,7 @@ class FunctionBuilder(InstructionMethods):
             "symbols": self.symbols,
             "num_registers": self._num_registers,
             "code": self._encode(),
+            "sources": [mark for mark in self._sources if mark[0] < len(self._instructions)],
         }
 
 

@@ -72,6 +72,14 @@ class Executable:
                             for b in c["builds"]]}
                 for c in self._core.carried_shape_funcs]
 
+    @property
+    def sources(self) -> dict[str, list[tuple[int, str]]]:
+        """Per function, what its code was generated for: ``(first
+        instruction, source)`` marks, a source holding until the next mark
+        ("ONNX node 'x' (Concat)"; "" for nothing the model names). An error
+        an instruction raises starts with its source."""
+        return self._core.sources
+
     def as_text(self, operand_names: bool = False) -> str:
         """The disassembled bytecode of every function; ``operand_names``
         writes each operand as ``name=value`` (the names of isa.def)."""

@@ -219,6 +219,9 @@ def layout(blob: bytes):
         r.skip(8)  # register count
         n = r.take("I")
         functions.append((name, r.pos, [r.take("q") for _ in range(n)]))
+        for _ in range(r.take("I")):  # source marks
+            r.skip(8)
+            r.string()
     assert r.pos == len(blob)
     return constants, functions
 
@@ -590,7 +593,7 @@ def test_invalid_dtype_in_the_file_is_rejected(field, message):
 # ---------------------------------------------------------------------------
 # 5. Format version.
 
-@pytest.mark.parametrize("version", [1, 2, 4, 0xFFFFFFFF])
+@pytest.mark.parametrize("version", [1, 2, 3, 5, 0xFFFFFFFF])
 def test_other_format_version_is_rejected(blob, version):
     patched = with_header(blob, version=version)
     assert stored_checksum(patched) == stored_checksum(blob)

@@ -61,8 +61,10 @@ def tensor_program(lib):
     x, = main.args
     c = main.load_const(bias)
     s = main.shape_of(x)
+    main.source = "ONNX node 'double' (Mul)"  # (source marks are mutated too)
     y = main.alloc_tensor("device", s, "float32")
     main.invoke_kernel("scale", [x, main.load_int(2), y])
+    main.source = ""
     z = main.call("helper", [c])
     n = main.shape_get(s, 0)
     storage = main.alloc_storage("device", main.load_int(64))
@@ -265,6 +267,9 @@ def parse(blob: bytes, library_is_free: bool = True) -> Layout:
         registers = take("q", "registers")
         n = take("I", "code_length")
         functions.append((pos, [take("q") for _ in range(n)], registers))
+        for _ in range(take("I", "count")):  # source marks
+            take("q", "mark")  # first instruction
+            string(True)  # what the code was generated for: any text
     assert pos == len(blob)
     return Layout(fields, free, constants, functions, tables)
 
@@ -347,6 +352,8 @@ def field_values(f: Field):
         return [(n, "format") for n in unknown] + [(n, "any") for n in (0, 1, 5, 7, 1 << 40)]
     if f.role == "carried":  # indices and ranks: the verifier bounds every one
         return [(n, "any") for n in (-1, 0, 1, v + 1, 0x7FFFFFFF, -(1 << 31))]
+    if f.role == "mark":  # the verifier bounds and orders every one
+        return [(n, "any") for n in (-1, 0, 1, v + 1, INT64_MAX, INT64_MIN)]
     if f.role == "device":
         return [(n, "format") for n in (2, -2, 0x7FFFFFFF, -(1 << 31))] + [(n, "any") for n in (0, 1, -1)]
     return []  # the parts of a dtype change together: see field_mutants

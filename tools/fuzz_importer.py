@@ -28,8 +28,6 @@ in a worker process (so that a crash or a hang is seen, not suffered) and
 * ``refused``: a shapefn exception (``InvalidOnnxModel``,
   ``UnsupportedOnnxOp``, ``ValueError``, ``TypeError``) whose message names
   a node, an op, an input or an initializer of the model;
-* ``open``: an error at run time naming no node, of a model onnxruntime
-  refuses too (``OPEN``: left open, docs/fuzzing.md);
 * anything else is a finding: a crash, a hang, another exception, an error
   message naming nothing of the model, or outputs that differ from
   onnxruntime's.
@@ -345,22 +343,11 @@ def reference(model, feeds):
 
 def classify(name, model, feeds, outcome) -> tuple[str, str | None]:
     """``(verdict, why)``: ``("ok", None)`` or ``("refused", None)`` if
-    ``outcome`` is acceptable; ``("open", why)`` for a run-time refusal of a
-    model that onnxruntime refuses too, whose message names no node
-    (``OPEN``); else ``("finding", what is wrong)``."""
+    ``outcome`` is acceptable, else ``("finding", what is wrong)``."""
     problem = judge(name, model, feeds, outcome)
     if problem is None:
         return ("refused" if outcome[0] == "error" else "ok"), None
-    if outcome[0] == "error" and outcome[4] == "run" and outcome[1] in ("RuntimeError", "ValueError") \
-            and reference(model, feeds) is None:
-        return "open", problem
     return "finding", problem
-
-
-# Left open (docs/fuzzing.md): an error at run time names the kernel or the
-# shape function that found it, not the ONNX node — the VM does not know
-# which node an instruction came from.
-OPEN = "run-time refusal naming no node, of a model onnxruntime refuses too"
 
 
 def judge(name, model, feeds, outcome) -> str | None:
@@ -482,7 +469,7 @@ def main(argv=None) -> int:
             print(f"{verdict}: {name} ({time.monotonic() - began:.1f} s)", flush=True)
     runner.close()
     print(f"{args.count} mutants of {args.seeds} (seed {args.seed}) in {time.monotonic() - start:.0f} s: "
-          f"{dict(sorted(verdicts.items()))} (open: {OPEN})")
+          f"{dict(sorted(verdicts.items()))}")
     return 1 if verdicts["finding"] else 0
 
 

@@ -76,6 +76,12 @@ std::shared_ptr<Executable> FromParts(const py::list& functions, const py::list&
     def.symbols = d["symbols"].cast<std::vector<std::string>>();
     def.num_registers = d["num_registers"].cast<int64_t>();
     def.code = d["code"].cast<std::vector<int64_t>>();
+    if (d.contains("sources")) {
+      for (py::handle mark : d["sources"].cast<py::list>()) {
+        auto [instruction, source] = mark.cast<std::pair<int64_t, std::string>>();
+        def.sources.push_back(SourceMark{instruction, std::move(source)});
+      }
+    }
     for (py::handle p : d["params"].cast<py::list>()) {
       py::dict pd = p.cast<py::dict>();
       ParamSpec spec;
@@ -157,6 +163,18 @@ void RegisterExecutable(py::module_& m) {
                                return names;
                              })
       .def_property_readonly("kernels", [](const Executable& e) { return e.kernels(); })
+      // {function name: [(first instruction, source)]}: what the code was generated for.
+      .def_property_readonly("sources",
+                             [](const Executable& e) {
+                               py::dict out;
+                               for (const FunctionDef& f : e.functions()) {
+                                 py::list marks;
+                                 for (const SourceMark& m : f.sources)
+                                   marks.append(py::make_tuple(m.instruction, m.source));
+                                 out[py::str(f.name)] = marks;
+                               }
+                               return out;
+                             })
       .def_property_readonly("host_cpu_features", [](const Executable& e) { return e.host_cpu_features(); })
       .def_property_readonly("shape_funcs", [](const Executable& e) { return e.shape_funcs(); })
       .def_property_readonly("carried_shape_funcs",

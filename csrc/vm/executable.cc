@@ -3,8 +3,10 @@
 // raises Error(kFormat) and never reaches the VM.
 #include "shapefn/executable.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "shapefn/error.h"
@@ -155,6 +157,11 @@ std::vector<uint8_t> Executable::Serialize() const {
     w.Pod<int64_t>(f.num_registers);
     w.Pod<uint32_t>(static_cast<uint32_t>(f.code.size()));
     for (int64_t word : f.code) w.Pod<int64_t>(word);
+    w.Pod<uint32_t>(static_cast<uint32_t>(f.sources.size()));
+    for (const SourceMark& mark : f.sources) {
+      w.Pod<int64_t>(mark.instruction);
+      w.Str(mark.source);
+    }
   }
   Writer file;
   file.out.insert(file.out.end(), kMagic, kMagic + 8);
@@ -245,6 +252,13 @@ std::shared_ptr<Executable> Executable::Deserialize(const uint8_t* data, size_t 
     uint64_t nc = r.Count("code", 8);
     f.code.reserve(nc);
     for (uint64_t w = 0; w < nc; ++w) f.code.push_back(r.Pod<int64_t>("code"));
+    uint64_t nm = r.Count("source marks", 12);
+    for (uint64_t m = 0; m < nm; ++m) {
+      SourceMark mark;
+      mark.instruction = r.Pod<int64_t>("source mark instruction");
+      mark.source = r.Str("source mark");
+      f.sources.push_back(std::move(mark));
+    }
     parts.functions.push_back(std::move(f));
   }
   if (!r.done()) Fail(ErrorKind::kFormat, "executable has trailing bytes after its tables");
@@ -270,6 +284,13 @@ std::shared_ptr<Executable> Executable::Load(const std::string& path) {
   if (!in) Fail(ErrorKind::kValue, "cannot open executable '" + path + "'");
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return Deserialize(bytes.data(), bytes.size());
+}
+
+const std::string& FunctionDef::SourceOf(size_t pc) const {
+  static const std::string kNone;
+  auto after = std::upper_bound(sources.begin(), sources.end(), static_cast<int64_t>(pc),
+                                [](int64_t i, const SourceMark& mark) { return i < mark.instruction; });
+  return after == sources.begin() ? kNone : std::prev(after)->source;
 }
 
 const CarriedShapeFunc* Executable::CarriedShapeFuncOf(size_t index) const {

@@ -100,7 +100,14 @@ void SetTensor(Value& dst, TensorRef t) {
   try {
     kernel.CallPacked(args.data(), static_cast<int32_t>(args.size()), &rv);
   } catch (const tvm::ffi::Error& e) {
-    FailFromCaught(ErrorKind::kRuntime, "kernel '" + name + "' failed: " + e.kind() + ": " + e.message());
+    // A kernel refusing its arguments (TVM's checks raise ValueError) or a
+    // user kernel raising ValueError, TypeError or IndexError keeps its kind.
+    const std::string kind = e.kind();
+    ErrorKind as = kind == "ValueError"   ? ErrorKind::kValue
+                   : kind == "TypeError"  ? ErrorKind::kType
+                   : kind == "IndexError" ? ErrorKind::kIndex
+                                          : ErrorKind::kRuntime;
+    FailFromCaught(as, "kernel '" + name + "' failed: " + kind + ": " + e.message());
   }
 }
 
@@ -174,211 +181,218 @@ Value VirtualMachine::Impl::Run(int function_index, std::vector<Value>& regs, in
   }
   const Instruction* code = code_[static_cast<size_t>(function_index)].data();
   size_t pc = 0;
-  while (true) {
-    const Instruction& ins = code[pc];
-    counters_.instructions += 1;
-    switch (ins.op) {
-      case Opcode::kMove: {
-        ops::Move op(ins);
-        regs[op.dst()] = regs[op.src()];
-        break;
-      }
-      case Opcode::kLoadInt: {
-        ops::LoadInt op(ins);
-        regs[op.dst()] = Value::Int(op.value());
-        break;
-      }
-      case Opcode::kLoadConst: {
-        ops::LoadConst op(ins);
-        regs[op.dst()] = constants_[static_cast<size_t>(op.constant())];
-        break;
-      }
-      case Opcode::kLoadShape: {
-        ops::LoadShape op(ins);
-        regs[op.dst()] = Value::Shape(ShapeVec(op.dims().begin(), op.dims().end()));
-        break;
-      }
-      case Opcode::kKill: {
-        Value& v = regs[ops::Kill(ins).reg()];
-        if (v.kind == Value::Kind::kTensor) {
-          idle_.Keep(v.tensor);  // the next allocation of its size reuses it
-          v.tensor.reset();
-          v.kind = Value::Kind::kEmpty;
-        } else {
-          v = Value();
+  try {
+    while (true) {
+      const Instruction& ins = code[pc];
+      counters_.instructions += 1;
+      switch (ins.op) {
+        case Opcode::kMove: {
+          ops::Move op(ins);
+          regs[op.dst()] = regs[op.src()];
+          break;
         }
-        break;
-      }
-      case Opcode::kAllocStorage: {
-        ops::AllocStorage op(ins);
-        int64_t nbytes = IntOf(ins, regs[op.nbytes()]);
-        if (nbytes < 0) Fail(ErrorKind::kValue, "alloc_storage of negative size " + std::to_string(nbytes));
-        regs[op.dst()] = Value::Tensor(
-            Allocate(static_cast<int>(op.device()), ShapeVec{nbytes}, DLDataType{kDLUInt, 8, 1}, "alloc_storage"));
-        break;
-      }
-      case Opcode::kAllocTensor: {
-        ops::AllocTensor op(ins);
-        const ShapeVec& shape = ShapeOf(ins, regs[op.shape()]);
-        SetTensor(regs[op.dst()],
-                  Allocate(static_cast<int>(op.device()), shape, DecodeDType(op.dtype()), "alloc_tensor"));
-        break;
-      }
-      case Opcode::kTensorInStorage: {
-        ops::TensorInStorage op(ins);
-        const TensorRef& storage = TensorOf(ins, regs[op.storage()]);
-        int64_t offset = IntOf(ins, regs[op.offset()]);
-        auto t = std::make_shared<TensorObj>();
-        t->shape = ShapeOf(ins, regs[op.shape()]);
-        t->dtype = DecodeDType(op.dtype());
-        size_t need = CheckedNBytes(t->shape, t->dtype);
-        if (offset < 0 || static_cast<size_t>(offset) > storage->nbytes() ||
-            need > storage->nbytes() - static_cast<size_t>(offset)) {
-          Fail(ErrorKind::kValue, "tensor_in_storage: " + std::to_string(need) + " bytes at offset " +
-                                      std::to_string(offset) + " do not fit a storage of " +
-                                      std::to_string(storage->nbytes()) + " bytes");
+        case Opcode::kLoadInt: {
+          ops::LoadInt op(ins);
+          regs[op.dst()] = Value::Int(op.value());
+          break;
         }
-        t->storage = storage->storage;
-        t->byte_offset = storage->byte_offset + static_cast<size_t>(offset);
-        const size_t alignment = storage->device()->tensor_offset_alignment();
-        if (t->byte_offset % alignment != 0) {
-          Fail(ErrorKind::kValue, "tensor_in_storage: offset " + std::to_string(t->byte_offset) + " on device '" +
-                                      storage->device()->name() + "', which places tensors at multiples of " +
-                                      std::to_string(alignment) + " bytes");
+        case Opcode::kLoadConst: {
+          ops::LoadConst op(ins);
+          regs[op.dst()] = constants_[static_cast<size_t>(op.constant())];
+          break;
         }
-        regs[op.dst()] = Value::Tensor(std::move(t));
-        break;
-      }
-      case Opcode::kView: {
-        ops::View op(ins);
-        const TensorRef& src = TensorOf(ins, regs[op.tensor()]);
-        auto t = std::make_shared<TensorObj>(*src);
-        t->shape = ShapeOf(ins, regs[op.shape()]);
-        if (CheckedNBytes(t->shape, t->dtype) > src->nbytes()) {
-          Fail(ErrorKind::kValue, "view: the new shape needs more bytes than the tensor has");
+        case Opcode::kLoadShape: {
+          ops::LoadShape op(ins);
+          regs[op.dst()] = Value::Shape(ShapeVec(op.dims().begin(), op.dims().end()));
+          break;
         }
-        regs[op.dst()] = Value::Tensor(std::move(t));
-        break;
-      }
-      case Opcode::kInvokeKernel: ExecInvokeKernel(ins, regs); break;
-      case Opcode::kInvokeShapeFunc: ExecInvokeShapeFunc(ins, regs); break;
-      case Opcode::kCopy: {
-        ops::Copy op(ins);
-        regs[op.dst()] = Value::Tensor(CopyTo(TensorOf(ins, regs[op.src()]), static_cast<int>(op.device())));
-        break;
-      }
-      case Opcode::kReadback: ExecReadback(ins, regs); break;
-      case Opcode::kShapeOf: {
-        ops::ShapeOf op(ins);
-        regs[op.dst()] = Value::Shape(TensorOf(ins, regs[op.tensor()])->shape);
-        break;
-      }
-      case Opcode::kShapeGet: {
-        ops::ShapeGet op(ins);
-        regs[op.dst()] = Value::Int(DimAt(ins, ShapeOf(ins, regs[op.shape()]), op.index()));
-        break;
-      }
-      case Opcode::kShapeMake: {
-        ops::ShapeMake op(ins);
-        const OperandList dims = op.dims();
-        ShapeVec s(static_cast<size_t>(dims.size));
-        for (size_t i = 0; i < s.size(); ++i) s[i] = IntOf(ins, regs[dims[i]]);
-        regs[op.dst()] = Value::Shape(std::move(s));
-        break;
-      }
-      case Opcode::kShapeBuild: {
-        ops::ShapeBuild op(ins);
-        const OperandList pattern = op.pattern();
-        const OperandList dims = op.dims();
-        ShapeVec s(static_cast<size_t>(pattern.size));
-        for (size_t i = 0; i < s.size(); ++i) {
-          s[i] = pattern[i] >= 0 ? pattern[i] : IntOf(ins, regs[dims[-1 - pattern[i]]]);
+        case Opcode::kKill: {
+          Value& v = regs[ops::Kill(ins).reg()];
+          if (v.kind == Value::Kind::kTensor) {
+            idle_.Keep(v.tensor);  // the next allocation of its size reuses it
+            v.tensor.reset();
+            v.kind = Value::Kind::kEmpty;
+          } else {
+            v = Value();
+          }
+          break;
         }
-        regs[op.dst()] = Value::Shape(std::move(s));
-        break;
-      }
-      case Opcode::kTensorDim: {
-        ops::TensorDim op(ins);
-        regs[op.dst()] = Value::Int(DimAt(ins, TensorOf(ins, regs[op.tensor()])->shape, op.axis()));
-        break;
-      }
-      case Opcode::kShapeNumel: {
-        ops::ShapeNumel op(ins);
-        int64_t n = 1;
-        for (int64_t d : ShapeOf(ins, regs[op.shape()])) n = CheckedArith(Opcode::kMul, n, d);
-        regs[op.dst()] = Value::Int(n);
-        break;
-      }
-      case Opcode::kAdd:
-      case Opcode::kSub:
-      case Opcode::kMul:
-      case Opcode::kFloorDiv:
-      case Opcode::kFloorMod:
-      case Opcode::kMin:
-      case Opcode::kMax:
-      case Opcode::kLt:
-      case Opcode::kEq: {
-        ops::Add op(ins);
-        regs[op.dst()] = Value::Int(CheckedArith(ins.op, IntOf(ins, regs[op.lhs()]), IntOf(ins, regs[op.rhs()])));
-        break;
-      }
-      case Opcode::kMakeTuple: {
-        ops::MakeTuple op(ins);
-        const OperandList src = op.fields();
-        std::vector<Value> fields(static_cast<size_t>(src.size));
-        for (size_t i = 0; i < fields.size(); ++i) fields[i] = regs[src[i]];
-        regs[op.dst()] = Value::Tuple(std::move(fields));
-        break;
-      }
-      case Opcode::kGetItem: {
-        ops::GetItem op(ins);
-        const Value& t = regs[op.tuple()];
-        if (t.kind != Value::Kind::kTuple) KindError(ins, "a tuple", t);
-        size_t i = static_cast<size_t>(op.index());
-        if (i >= t.tuple->size())
-          Fail(ErrorKind::kIndex, "get_item: index " + std::to_string(i) + " out of range for a tuple of " +
-                                      std::to_string(t.tuple->size()));
-        Value field = (*t.tuple)[i];
-        regs[op.dst()] = std::move(field);
-        break;
-      }
-      case Opcode::kCall: {
-        ops::Call op(ins);
-        int callee = static_cast<int>(op.function());
-        const FunctionDef& target = exe_->functions()[static_cast<size_t>(callee)];
-        // Checked before the frame is allocated: max_call_depth frames of up
-        // to 2^20 registers each would exhaust memory first.
-        if (target.num_registers > kMaxCallStackRegisters - call_stack_registers_) {
-          Fail(ErrorKind::kRuntime,
-               "nested calls hold more than " + std::to_string(kMaxCallStackRegisters) + " registers");
+        case Opcode::kAllocStorage: {
+          ops::AllocStorage op(ins);
+          int64_t nbytes = IntOf(ins, regs[op.nbytes()]);
+          if (nbytes < 0) Fail(ErrorKind::kValue, "alloc_storage of negative size " + std::to_string(nbytes));
+          regs[op.dst()] = Value::Tensor(
+              Allocate(static_cast<int>(op.device()), ShapeVec{nbytes}, DLDataType{kDLUInt, 8, 1}, "alloc_storage"));
+          break;
         }
-        FrameRegisters held(call_stack_registers_, target.num_registers);
-        std::vector<Value> frame(static_cast<size_t>(target.num_registers));
-        const OperandList args = op.args();
-        for (int64_t i = 0; i < args.size; ++i) frame[static_cast<size_t>(i)] = regs[args[i]];
-        regs[op.dst()] = Run(callee, frame, depth + 1);
-        break;
-      }
-      case Opcode::kIf: {
-        ops::If op(ins);
-        if (IntOf(ins, regs[op.cond()]) == 0) {
-          size_t target = static_cast<size_t>(op.target());
+        case Opcode::kAllocTensor: {
+          ops::AllocTensor op(ins);
+          const ShapeVec& shape = ShapeOf(ins, regs[op.shape()]);
+          SetTensor(regs[op.dst()],
+                    Allocate(static_cast<int>(op.device()), shape, DecodeDType(op.dtype()), "alloc_tensor"));
+          break;
+        }
+        case Opcode::kTensorInStorage: {
+          ops::TensorInStorage op(ins);
+          const TensorRef& storage = TensorOf(ins, regs[op.storage()]);
+          int64_t offset = IntOf(ins, regs[op.offset()]);
+          auto t = std::make_shared<TensorObj>();
+          t->shape = ShapeOf(ins, regs[op.shape()]);
+          t->dtype = DecodeDType(op.dtype());
+          size_t need = CheckedNBytes(t->shape, t->dtype);
+          if (offset < 0 || static_cast<size_t>(offset) > storage->nbytes() ||
+              need > storage->nbytes() - static_cast<size_t>(offset)) {
+            Fail(ErrorKind::kValue, "tensor_in_storage: " + std::to_string(need) + " bytes at offset " +
+                                        std::to_string(offset) + " do not fit a storage of " +
+                                        std::to_string(storage->nbytes()) + " bytes");
+          }
+          t->storage = storage->storage;
+          t->byte_offset = storage->byte_offset + static_cast<size_t>(offset);
+          const size_t alignment = storage->device()->tensor_offset_alignment();
+          if (t->byte_offset % alignment != 0) {
+            Fail(ErrorKind::kValue, "tensor_in_storage: offset " + std::to_string(t->byte_offset) + " on device '" +
+                                        storage->device()->name() + "', which places tensors at multiples of " +
+                                        std::to_string(alignment) + " bytes");
+          }
+          regs[op.dst()] = Value::Tensor(std::move(t));
+          break;
+        }
+        case Opcode::kView: {
+          ops::View op(ins);
+          const TensorRef& src = TensorOf(ins, regs[op.tensor()]);
+          auto t = std::make_shared<TensorObj>(*src);
+          t->shape = ShapeOf(ins, regs[op.shape()]);
+          if (CheckedNBytes(t->shape, t->dtype) > src->nbytes()) {
+            Fail(ErrorKind::kValue, "view: the new shape needs more bytes than the tensor has");
+          }
+          regs[op.dst()] = Value::Tensor(std::move(t));
+          break;
+        }
+        case Opcode::kInvokeKernel: ExecInvokeKernel(ins, regs); break;
+        case Opcode::kInvokeShapeFunc: ExecInvokeShapeFunc(ins, regs); break;
+        case Opcode::kCopy: {
+          ops::Copy op(ins);
+          regs[op.dst()] = Value::Tensor(CopyTo(TensorOf(ins, regs[op.src()]), static_cast<int>(op.device())));
+          break;
+        }
+        case Opcode::kReadback: ExecReadback(ins, regs); break;
+        case Opcode::kShapeOf: {
+          ops::ShapeOf op(ins);
+          regs[op.dst()] = Value::Shape(TensorOf(ins, regs[op.tensor()])->shape);
+          break;
+        }
+        case Opcode::kShapeGet: {
+          ops::ShapeGet op(ins);
+          regs[op.dst()] = Value::Int(DimAt(ins, ShapeOf(ins, regs[op.shape()]), op.index()));
+          break;
+        }
+        case Opcode::kShapeMake: {
+          ops::ShapeMake op(ins);
+          const OperandList dims = op.dims();
+          ShapeVec s(static_cast<size_t>(dims.size));
+          for (size_t i = 0; i < s.size(); ++i) s[i] = IntOf(ins, regs[dims[i]]);
+          regs[op.dst()] = Value::Shape(std::move(s));
+          break;
+        }
+        case Opcode::kShapeBuild: {
+          ops::ShapeBuild op(ins);
+          const OperandList pattern = op.pattern();
+          const OperandList dims = op.dims();
+          ShapeVec s(static_cast<size_t>(pattern.size));
+          for (size_t i = 0; i < s.size(); ++i) {
+            s[i] = pattern[i] >= 0 ? pattern[i] : IntOf(ins, regs[dims[-1 - pattern[i]]]);
+          }
+          regs[op.dst()] = Value::Shape(std::move(s));
+          break;
+        }
+        case Opcode::kTensorDim: {
+          ops::TensorDim op(ins);
+          regs[op.dst()] = Value::Int(DimAt(ins, TensorOf(ins, regs[op.tensor()])->shape, op.axis()));
+          break;
+        }
+        case Opcode::kShapeNumel: {
+          ops::ShapeNumel op(ins);
+          int64_t n = 1;
+          for (int64_t d : ShapeOf(ins, regs[op.shape()])) n = CheckedArith(Opcode::kMul, n, d);
+          regs[op.dst()] = Value::Int(n);
+          break;
+        }
+        case Opcode::kAdd:
+        case Opcode::kSub:
+        case Opcode::kMul:
+        case Opcode::kFloorDiv:
+        case Opcode::kFloorMod:
+        case Opcode::kMin:
+        case Opcode::kMax:
+        case Opcode::kLt:
+        case Opcode::kEq: {
+          ops::Add op(ins);
+          regs[op.dst()] = Value::Int(CheckedArith(ins.op, IntOf(ins, regs[op.lhs()]), IntOf(ins, regs[op.rhs()])));
+          break;
+        }
+        case Opcode::kMakeTuple: {
+          ops::MakeTuple op(ins);
+          const OperandList src = op.fields();
+          std::vector<Value> fields(static_cast<size_t>(src.size));
+          for (size_t i = 0; i < fields.size(); ++i) fields[i] = regs[src[i]];
+          regs[op.dst()] = Value::Tuple(std::move(fields));
+          break;
+        }
+        case Opcode::kGetItem: {
+          ops::GetItem op(ins);
+          const Value& t = regs[op.tuple()];
+          if (t.kind != Value::Kind::kTuple) KindError(ins, "a tuple", t);
+          size_t i = static_cast<size_t>(op.index());
+          if (i >= t.tuple->size())
+            Fail(ErrorKind::kIndex, "get_item: index " + std::to_string(i) + " out of range for a tuple of " +
+                                        std::to_string(t.tuple->size()));
+          Value field = (*t.tuple)[i];
+          regs[op.dst()] = std::move(field);
+          break;
+        }
+        case Opcode::kCall: {
+          ops::Call op(ins);
+          int callee = static_cast<int>(op.function());
+          const FunctionDef& target = exe_->functions()[static_cast<size_t>(callee)];
+          // Checked before the frame is allocated: max_call_depth frames of up
+          // to 2^20 registers each would exhaust memory first.
+          if (target.num_registers > kMaxCallStackRegisters - call_stack_registers_) {
+            Fail(ErrorKind::kRuntime,
+                 "nested calls hold more than " + std::to_string(kMaxCallStackRegisters) + " registers");
+          }
+          FrameRegisters held(call_stack_registers_, target.num_registers);
+          std::vector<Value> frame(static_cast<size_t>(target.num_registers));
+          const OperandList args = op.args();
+          for (int64_t i = 0; i < args.size; ++i) frame[static_cast<size_t>(i)] = regs[args[i]];
+          regs[op.dst()] = Run(callee, frame, depth + 1);
+          break;
+        }
+        case Opcode::kIf: {
+          ops::If op(ins);
+          if (IntOf(ins, regs[op.cond()]) == 0) {
+            size_t target = static_cast<size_t>(op.target());
+            if (target <= pc) OnBackwardJump();
+            pc = target;
+            continue;
+          }
+          break;
+        }
+        case Opcode::kGoto: {
+          size_t target = static_cast<size_t>(ops::Goto(ins).target());
           if (target <= pc) OnBackwardJump();
           pc = target;
           continue;
         }
-        break;
+        case Opcode::kRet: return std::move(regs[ops::Ret(ins).value()]);
+        case Opcode::kCount: break;
       }
-      case Opcode::kGoto: {
-        size_t target = static_cast<size_t>(ops::Goto(ins).target());
-        if (target <= pc) OnBackwardJump();
-        pc = target;
-        continue;
-      }
-      case Opcode::kRet: return std::move(regs[ops::Ret(ins).value()]);
-      case Opcode::kCount: break;
+      ++pc;
     }
-    ++pc;
+  } catch (const Error& e) {
+    // The innermost function with a source for the failing instruction names it.
+    const std::string& source = exe_->functions()[static_cast<size_t>(function_index)].SourceOf(pc);
+    if (e.has_source() || source.empty() || e.kind() == ErrorKind::kInterrupted) throw;
+    throw e.WithSource(source);
   }
 }
 

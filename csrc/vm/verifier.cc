@@ -289,6 +289,15 @@ void VerifyExecutable(const Executable& exe) {
       CheckOperands(c, num_instructions);
       if (CheckFn check = kChecks[static_cast<int>(code[pc].op)]) check(c);
     }
+    int64_t previous = -1;
+    for (const SourceMark& mark : f.sources) {
+      if (mark.instruction <= previous || mark.instruction >= num_instructions) {
+        Fail(ErrorKind::kFormat, "invalid executable: function '" + f.name + "' has a source mark at instruction " +
+                                     std::to_string(mark.instruction) + " (after " + std::to_string(previous) +
+                                     ", of " + std::to_string(num_instructions) + ")");
+      }
+      previous = mark.instruction;
+    }
   }
 }
 

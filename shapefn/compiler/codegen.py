@@ -24,6 +24,7 @@ from tvm import relax, tirx
 
 from .. import registry, te_shape_func
 from ..builder import Label, Param, ProgramBuilder, Reg
+from . import sources
 from .copies import ConstantTable, Copies
 from .placement import ALLOC_TENSOR, HOST, ModulePlacement, Placement, is_prim, is_tensor_const, key
 from .register_cache import RegisterCache
@@ -202,6 +203,7 @@ class _FunctionCodegen:
         jumped = False
         for groups in blocks:
             for group in groups:
+                self._enter(group[0])
                 if len(group) > 1:
                     self.readbacks(group)
                 elif group[0] is tail_binding:
@@ -214,6 +216,14 @@ class _FunctionCodegen:
             self.fb.goto(self.start)  # after the kills that followed the call
             return None
         return self.value(seq.body)
+
+    def _enter(self, binding) -> None:
+        """The instructions of ``binding`` are for its source, if it has one."""
+        value = binding.value
+        if isinstance(value, relax.Call):
+            source = sources.source_of(value)
+            if source is not None:
+                self.fb.source = source
 
     def _tail_binding(self, blocks, result) -> relax.Binding | None:
         """The binding in tail position of a sequence whose value is
@@ -341,10 +351,12 @@ class _FunctionCodegen:
             fb.readback([flag], [self.tensor(cond, HOST)])
         result, otherwise, done = fb.reg(), Label(), Label()
         fb.emit("if", flag, otherwise)
+        source = fb.source
         returns = False
         for body, label in ((node.true_branch, None), (node.false_branch, otherwise)):
             if label is not None:
                 fb.place(label)
+            fb.source = source
             with self.cache.branch():
                 value = self.seq(body, tail)
             if value is None:
@@ -354,6 +366,7 @@ class _FunctionCodegen:
             if label is None:
                 fb.goto(done)
         fb.place(done)
+        fb.source = source
         return result if returns else None
 
     def call(self, binding, call: relax.Call) -> Reg | None:

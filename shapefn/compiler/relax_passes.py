@@ -12,6 +12,7 @@ from tvm import relax
 from . import target_schedule
 from .fold_constants import fold_constant_kernels, fold_constant_transposes
 from .legalize import legalize_map
+from .sources import call_tir_rewrite
 
 
 def lower(mod: tvm.IRModule, target: tvm.target.Target | None = None) -> tvm.IRModule:
@@ -42,7 +43,8 @@ def _passes(gpu: bool) -> tvm.transform.Pass:
         relax.transform.DeadCodeElimination(),
         relax.transform.ToNonDataflow(),
         relax.transform.RemovePurityChecking(),
-        relax.transform.CallTIRRewrite(),
+        # TVM's CallTIRRewrite, each call keeping what it was generated for.
+        tvm.transform.module_pass(lambda m, _: call_tir_rewrite(m), opt_level=0, name="CallTIRRewrite"),
         relax.transform.KillAfterLastUse(),
         relax.transform.AttachGlobalSymbol(),
     ])

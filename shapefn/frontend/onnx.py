@@ -20,6 +20,8 @@ from google.protobuf.message import DecodeError
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 
+from ..compiler.placement import key
+from ..compiler.sources import name_after_sources
 from ..errors import InvalidOnnxModel, UnsupportedOnnxOp
 from . import onnx_converters, onnx_layers  # noqa: F401  (onnx_layers registers its converters)
 from .onnx_loop import convert_loop
@@ -119,6 +121,18 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
         return value
 
     def _construct_node(self, node):
+        self._convert_node(node)
+        # What the node binds is named after it (``compiler.sources``): errors
+        # at run time name the node.
+        sources = self.__dict__.setdefault("sources", {})
+        for name in node.output:
+            value = self._nodes.get(name) if name else None
+            if isinstance(value, relax.Call):  # (bound where first used, otherwise)
+                value = self._nodes[name] = self.bb.emit(value)
+            if isinstance(value, relax.Var) and key(value) not in sources:
+                sources[key(value)] = (name, _described(node))
+
+    def _convert_node(self, node):
         op_name = node.op_type
         attr = self._parse_attr(node.attribute)
         for flag in ("keepdims", "largest", "sorted"):  # (as onnxruntime reads them: only 1 is true)
@@ -539,4 +553,5 @@ def from_onnx(model, shape_dict: dict | None = None) -> tvm.IRModule:
     _check_model(model)
     opset = _default_opset(model)
     importer = _Importer(shape_dict, "float32", keep_params_in_input=False, sanitize=True)
-    return importer.from_onnx(model.graph, opset)
+    mod = importer.from_onnx(model.graph, opset)
+    return name_after_sources(mod, getattr(importer, "sources", {}))

@@ -59,6 +59,14 @@ class Error : public std::runtime_error {
   Error(ErrorKind kind, std::string message, std::exception_ptr cause = nullptr)
       : std::runtime_error(std::move(message)), kind_(kind), cause_(std::move(cause)) {}
   ErrorKind kind() const { return kind_; }
+  // The same error, its message starting with what raised it ("ONNX node
+  // 'x' (Concat)"), for the VM to name the innermost source once.
+  Error WithSource(const std::string& source) const {
+    Error located(kind_, source + ": " + what(), cause_);
+    located.has_source_ = true;
+    return located;
+  }
+  bool has_source() const { return has_source_; }
   // The exception this error was raised while handling (a tvm::ffi::Error
   // from a kernel or a Python shape function), or null. The binding layer
   // raises it as the Python exception's __cause__, with its own kind and
@@ -68,6 +76,7 @@ class Error : public std::runtime_error {
  private:
   ErrorKind kind_;
   std::exception_ptr cause_;
+  bool has_source_ = false;
 };
 
 [[noreturn]] inline void Fail(ErrorKind kind, std::string message) { throw Error(kind, std::move(message)); }

@@ -25,12 +25,24 @@ struct ParamSpec {
   int device_slot = kExecutionSlot;
 };
 
+// What the instructions from `instruction` on (up to the next mark) were
+// generated for: "ONNX node 'x' (Concat)", or "" for nothing the user named.
+// A VM starts the message of an error those instructions raise with it.
+struct SourceMark {
+  int64_t instruction = 0;  // an index into the decoded instructions
+  std::string source;
+};
+
 struct FunctionDef {
   std::string name;
   std::vector<ParamSpec> params;
   std::vector<std::string> symbols;  // names of symbolic dimensions
   int64_t num_registers = 0;
-  std::vector<int64_t> code;  // bytecode words (the instruction set: csrc/vm/isa.def)
+  std::vector<int64_t> code;        // bytecode words (the instruction set: csrc/vm/isa.def)
+  std::vector<SourceMark> sources;  // by increasing instruction
+
+  // The source of instruction `pc`: "" where none is recorded.
+  const std::string& SourceOf(size_t pc) const;
 };
 
 struct ConstantDef {
@@ -75,7 +87,7 @@ struct ExecutableParts {
 // name of its kernel library (checked again when a saved file is loaded).
 class Executable {
  public:
-  static constexpr uint32_t kFormatVersion = 3;
+  static constexpr uint32_t kFormatVersion = 4;
 
   // Throws Error(kFormat) naming the first problem.
   explicit Executable(ExecutableParts parts);
