@@ -95,6 +95,23 @@ def test_the_graph_output_node_is_named():
         vm(A, np.ones((1, 2), np.float32))
 
 
+def test_a_fused_group_names_its_nodes():
+    """A convolution and its activation run as one kernel: a window larger
+    than the image names both."""
+    weight = helper.make_tensor("w", F, [4, 2, 3, 3], np.ones(72, np.float32))
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv"),
+                               helper.make_node("Relu", ["y"], ["z"], name="act")],
+                              "g", [tensor("x", F, [1, 2, "h", "w"])], [tensor("z", F, None)], [weight])
+    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.ones((1, 2, 1, 1), np.float32)
+    refused_by_onnxruntime(onnx_model, [x])
+    vm = shapefn.VirtualMachine(shapefn.compile(shapefn.from_onnx(onnx_model), "sim"), "sim")
+    with pytest.raises(ValueError, match=r"^ONNX node 'conv' \(Conv\) and ONNX node 'act' \(Relu\): negative "
+                                         r"dimension"):
+        vm(x)
+    np.testing.assert_array_equal(vm(np.ones((1, 2, 3, 3), np.float32)).numpy(), np.full((1, 4, 1, 1), 18.0))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_node_inside_a_branch_is_named(device):
     """An If whose taken branch reshapes to a count that differs: the

@@ -12,7 +12,7 @@ from tvm import relax
 from . import target_schedule
 from .fold_constants import fold_constant_kernels, fold_constant_transposes
 from .legalize import legalize_map
-from .sources import call_tir_rewrite
+from .sources import call_tir_rewrite, fuse_ops
 
 
 def lower(mod: tvm.IRModule, target: tvm.target.Target | None = None) -> tvm.IRModule:
@@ -38,7 +38,8 @@ def _passes(gpu: bool) -> tvm.transform.Pass:
         relax.transform.AnnotateTIROpPattern(),
         tvm.transform.module_pass(lambda m, _: fold_constant_kernels(m), opt_level=0, name="FoldConstantKernels"),
         relax.transform.FoldConstant(),
-        relax.transform.FuseOps(),
+        # TVM's FuseOps, each fused call named after its nodes.
+        tvm.transform.module_pass(lambda m, _: fuse_ops(m), opt_level=0, name="FuseOps"),
         relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination(),
         relax.transform.ToNonDataflow(),

@@ -23,7 +23,7 @@ from tvm import relax
 
 from .placement import key
 
-__all__ = ["SOURCES_ATTR", "call_tir_rewrite", "name_after_sources", "source_of"]
+__all__ = ["SOURCES_ATTR", "call_tir_rewrite", "fuse_ops", "name_after_sources", "source_of"]
 
 #: Module attribute: {variable name: description of what binds it}.
 SOURCES_ATTR = "shapefn.sources"
@@ -114,10 +114,101 @@ class _Renamer(relax.PyExprMutator):
         name = re.sub(r"\W", "_", name) or "value"
         if _GENERATED_NAME.fullmatch(name) or name[0].isdigit():
             name = "v" + name
-        candidate, i = name, 1
-        while candidate in self.descriptions:
-            candidate, i = f"{name}_{i}", i + 1
-        return candidate
+        return _unique_in(name, self.descriptions)
+
+
+def fuse_ops(mod: tvm.IRModule) -> tvm.IRModule:
+    """TVM's ``FuseOps``, the call of each fused group bound to a variable
+    with the source of the group's calls, one node or several ("ONNX node
+    'conv' (Conv) and ONNX node 'relu' (Relu)"). ``FuseOps`` names the
+    variables of a group anew, inside and out, but keeps the spans of the
+    calls it moves into the group: the calls get their sources as spans
+    first."""
+    descriptions = _descriptions(mod)
+    if not descriptions:
+        return relax.transform.FuseOps()(mod)
+    spans = _SpanCalls(descriptions)
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            mod[gv] = spans.visit_expr(func)
+    mod = relax.transform.FuseOps()(mod)
+    namer = _FusedCallNames(mod, descriptions)
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function) and not _is_primitive(func):
+            mod[gv] = namer.visit_expr(func)
+    return mod.with_attr(SOURCES_ATTR, namer.descriptions)
+
+
+def _descriptions(mod: tvm.IRModule) -> dict[str, str]:
+    found = mod.attrs.get(SOURCES_ATTR) if mod.attrs is not None else None
+    return {str(k): str(v) for k, v in found.items()} if found else {}
+
+
+def _is_primitive(func: relax.Function) -> bool:
+    return func.attrs is not None and bool(func.attrs.get("Primitive", False))
+
+
+@relax.expr_functor.visitor
+class _CallSources(relax.PyExprVisitor):
+    """``found``: the sources of the calls visited, each once, in order."""
+
+    def __init__(self):
+        super().__init__()
+        self.found: dict[str, None] = {}
+
+    def visit_var_binding_(self, binding) -> None:
+        source = source_of(binding.value) if isinstance(binding.value, relax.Call) else None
+        if source:
+            self.found[source] = None
+        super().visit_var_binding_(binding)
+
+
+# A fused group's source names at most this many nodes.
+_MAX_FUSED_NAMED = 4
+
+
+@relax.expr_functor.mutator
+class _FusedCallNames(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, descriptions: dict[str, str]):
+        super().__init__(mod)
+        self.mod = mod
+        self.descriptions = dict(descriptions)
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value = binding.value
+        source = None
+        if binding.var.name not in self.descriptions and isinstance(value, relax.Call) \
+                and isinstance(value.op, relax.GlobalVar):
+            callee = self.mod[value.op]
+            if isinstance(callee, relax.Function) and _is_primitive(callee):
+                source = _group_source(callee)
+        if source is None:
+            super().visit_var_binding_(binding)
+            return
+        var = type(binding.var)(_unique_in("fused", self.descriptions), binding.var.ty)
+        self.descriptions[var.name] = source
+        self.set_var_remap(binding.var, var)
+        self.builder_.emit_normalized(relax.VarBinding(var, self.builder_.normalize(self.visit_expr(value))))
+
+
+def _group_source(callee: relax.Function) -> str | None:
+    """The nodes a fused function computes, by its calls' spans."""
+    calls = _CallSources()
+    calls.visit_expr(callee)
+    nodes = list(calls.found)
+    if not nodes:
+        return None
+    text = " and ".join(nodes[:_MAX_FUSED_NAMED])
+    if len(nodes) > _MAX_FUSED_NAMED:
+        text += f" and {len(nodes) - _MAX_FUSED_NAMED} more"
+    return text
+
+
+def _unique_in(name: str, taken) -> str:
+    candidate, i = name, 1
+    while candidate in taken:
+        candidate, i = f"{name}_{i}", i + 1
+    return candidate
 
 
 def source_of(call: relax.Call) -> str | None:
@@ -133,10 +224,9 @@ def call_tir_rewrite(mod: tvm.IRModule) -> tvm.IRModule:
     span the description of its source ("" for none). ``CallTIRRewrite``
     drops spans: the calls it makes take their ``call_tir``'s in order, the
     allocations the next kernel call's."""
-    descriptions = mod.attrs.get(SOURCES_ATTR) if mod.attrs is not None else None
+    descriptions = _descriptions(mod)
     if not descriptions:
         return relax.transform.CallTIRRewrite()(mod)
-    descriptions = {str(k): str(v) for k, v in descriptions.items()}
     before = _SpanCalls(descriptions)
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
