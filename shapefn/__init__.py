@@ -3,10 +3,20 @@
 Shape functions declare data dependence per input, so the VM copies to the
 host only the values a shape function reads, never whole data tensors.
 """
+import os as _os
+
+# Host kernels' parallel loops run on TVM's thread pool, which takes half the
+# CPUs on x86 unless TVM_NUM_THREADS says otherwise (it assumes two hardware
+# threads per core: on a 2-CPU machine, one thread). shapefn gives it every
+# CPU the process may use; TVM_NUM_THREADS, set before the pool first runs,
+# chooses another count.
+_os.environ.setdefault("TVM_NUM_THREADS", str(len(_os.sched_getaffinity(0)) if hasattr(_os, "sched_getaffinity")
+                                              else _os.cpu_count() or 1))
+
 # The extensions link libtvm_ffi and TVM's libtvm_runtime; loading them
 # first lets the extensions find them wherever the packages are installed.
-import tvm as _tvm  # noqa: F401
-import tvm_ffi as _tvm_ffi  # noqa: F401
+import tvm as _tvm  # noqa: E402, F401
+import tvm_ffi as _tvm_ffi  # noqa: E402, F401
 
 from . import ops
 from .builder import Label, Param, ProgramBuilder, Reg

@@ -1,6 +1,12 @@
 import hashlib
+import os
 
-import numpy as np
+# Tests run in as many processes as there are cores (pytest -n auto): each
+# runs host kernels on one thread (shapefn would give TVM's pool every CPU;
+# tests/test_host_target.py checks that, and parallel kernels on 2 threads).
+os.environ.setdefault("TVM_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 import pytest
 import tvm
 from tvm import relax

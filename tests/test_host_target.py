@@ -3,6 +3,10 @@ instructions: AVX2, AVX-512), or for the CPU ``SHAPEFN_HOST_CPU`` names.
 The executable records the CPU features its host code may use, and a VM
 checks them before running it (csrc/tests/test_cpu_features.cc checks the
 refusal)."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from tvm.script import relax as R
@@ -58,3 +62,38 @@ def test_gpu_builds_record_their_host_code():
     target = tvm.target.Target("opencl", host=target_schedule.host_target())
     assert target_schedule.host_cpu_features(target) == target_schedule.host_cpu_features(
         target_schedule.host_target())
+
+
+_THREADS = """
+import os, numpy as np, tvm_ffi, shapefn, onnx
+from onnx import helper, numpy_helper, TensorProto
+print(tvm_ffi.get_global_func("runtime.NumThreads")(), len(os.sched_getaffinity(0)))
+rng = np.random.default_rng(0)
+w, x = rng.standard_normal((32, 8, 3, 3)).astype(np.float32), rng.standard_normal((2, 8, 9, 11)).astype(np.float32)
+graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8, "h", "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "w")])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+got = shapefn.VirtualMachine(shapefn.compile(shapefn.from_onnx(model), "host"), "host")(x).numpy()
+padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))  # n, c, h, w, kh, kw
+want = np.einsum("nchwij,ocij->nohw", windows, w)
+print(float(np.abs(got - want).max()))
+"""
+
+
+@pytest.mark.parametrize("threads", [None, "1", "2"])
+def test_host_kernels_run_on_every_cpu_the_process_may_use(threads):
+    """TVM's pool would take half the CPUs on x86; shapefn gives it all of
+    them unless TVM_NUM_THREADS says otherwise, and a parallel convolution
+    gives numpy's result with either count."""
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    if threads is not None:
+        env["TVM_NUM_THREADS"] = threads
+    proc = subprocess.run([sys.executable, "-c", _THREADS], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts, error = proc.stdout.split("\n")[-3:-1]
+    pool, cpus = map(int, counts.split())
+    assert pool == (cpus if threads is None else int(threads))
+    assert float(error) < 1e-4
