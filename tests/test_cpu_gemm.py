@@ -42,7 +42,9 @@ CASES = {
     "rectangular-kernel": (conv(8, 32, (1, 3), pads=[0, 1, 0, 1]), [(1, 6, 17)]),
     # the mask head's sizes are static: a tile of 7 columns fits 14 (with AVX-512)
     "static-14x14": (conv(16, 64, (3, 3), act="Relu", pads=[1, 1, 1, 1], size=(14, 14)), [(3, 14, 14), (0, 14, 14)]),
-    # a whole group of channel vectors (4 x 16 with AVX-512), parallel over images and rows too
+    # SSD300's last extra layer: one output pixel
+    "3x3-to-1x1": (conv(128, 256, (3, 3), act="Relu"), [(1, 3, 3), (2, 3, 4)]),
+    # a whole group of channel vectors (4 x 16 with AVX-512)
     "64-channels": (conv(8, 64, (3, 3), act="Relu", pads=[1, 1, 1, 1]), [(2, 5, 7), (1, 1, 9), (0, 3, 3)]),
 }
 

@@ -17,8 +17,7 @@ Mask R-CNN's mask head ran at a tenth of the machine's speed. Here:
   where they pad it less) in registers over every input channel and
   kernel position: each step is one weight-vector load per vector, one
   broadcast input value per column and a fused multiply-add per pair;
-  tiles are parallel over groups of channel vectors, images and output
-  rows;
+  tiles are parallel over groups of channel vectors;
 * ``unpack`` writes the NCHW output, where the operations fused after the
   convolution (bias, activation) are computed too, one output row of a
   vector's channels at a time.
@@ -143,10 +142,8 @@ def is_packed_conv(sch: s_tir.Schedule, block) -> bool:
 
 
 def schedule(sch: s_tir.Schedule, block) -> None:
-    """The register tiling of the module's docstring on the ``BLOCK`` block,
-    parallel over (groups of channel vectors, images, output rows): with
-    few output channels (64 are one group of 4 vectors) the channel groups
-    alone would leave cores idle."""
+    """The register tiling of the module's docstring on the ``BLOCK`` block
+    (parallel over groups of channel vectors)."""
     lanes_ = sch.get(sch.get_loops(block)[4]).extent.value
     for stage in sch.get_producers(block):
         loops = sch.get_loops(stage)
@@ -182,13 +179,16 @@ def tile_in_registers(sch: s_tir.Schedule, block, vector_blocks, vectors: int, o
     ``vector_blocks`` (or the most of 2 and 1 that divide them) by the inner
     loop of ``tile`` (outer, inner) accumulate in registers over the
     ``reductions``, the ``lanes_`` vectorized; parallel over groups of
-    vector blocks and the ``outer`` loops, fused."""
+    vector blocks."""
     extent = sch.get(vector_blocks).extent
     vectors = next(v for v in (vectors, 2, 1) if v <= vectors and extent.value % v == 0)
     blocks_outer, blocks_inner = sch.split(vector_blocks, [None, vectors])
     tile_outer, tile_inner = tile
     sch.reorder(blocks_outer, *outer, tile_outer, *reductions, blocks_inner, tile_inner, lanes_)
-    sch.parallel(sch.fuse(blocks_outer, *outer) if outer else blocks_outer)
+    # (Fusing the ``outer`` loops into the parallel one, for layers with few
+    # channel groups, made SSD300's kernel for its one-pixel extra layer
+    # write out of bounds inside TVM's parallel launch.)
+    sch.parallel(blocks_outer)
     accumulators = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(accumulators, tile_outer)
     sch.unroll(blocks_inner)
