@@ -10,10 +10,10 @@ repetitions; ``ratio`` is shapefn's time over onnxruntime's, and ``gflops``
 each runtime's rate. Outputs are checked against onnxruntime's first.
 
 onnxruntime runs with as many intra-op threads as TVM's thread pool has
-(``--threads`` overrides it for onnxruntime only). TVM sizes its pool from
-``TVM_NUM_THREADS``, or else half the logical CPUs on x86 (it assumes two
-hardware threads per core): on a 2-CPU machine, one thread, where
-onnxruntime had been given two.
+(``--threads`` overrides it for onnxruntime only): TVM sizes its pool from
+``TVM_NUM_THREADS`` (which ``import shapefn`` sets to the CPUs the process
+may use unless it is set), and without it from half the logical CPUs on
+x86.
 
 onnxruntime runs with its worker threads' spin-waiting off: left on, they
 keep spinning for a while after each run, and with as many threads as cores
