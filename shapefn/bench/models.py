@@ -132,6 +132,9 @@ def measure(name: str, data: pathlib.Path, repeat: int, device: str = "sim", thr
         result["compile_warm_s"], result["kernels_built_warm"] = _timed_compile_in_new_process(path, cache, device)
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads or len(os.sched_getaffinity(0))  # as many as TVM's pool uses
+    # Left spinning after a run, onnxruntime's threads take the cores from
+    # the shapefn inference timed next (bench kernels' docstring).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
     result["onnxruntime_threads"] = options.intra_op_num_threads
     initializers = {i.name for i in proto.graph.initializer}
