@@ -52,10 +52,11 @@ def device_kernels(exe) -> set[str]:
 
 
 # Host arithmetic on sizes and the loading of constants: a CPU build
-# legalizes convolutions and matmuls by constants into packed kernels
-# (compiler/kernels/cpu_conv.py), whose weights and output sizes are
-# written in other terms than a GPU build's.
-SIZE_ARITHMETIC = {"add", "sub", "mul", "floordiv", "floormod", "min", "max", "shape_build", "load_const"}
+# legalizes convolutions (depthwise ones too) and matmuls by constants into
+# packed kernels (compiler/kernels/cpu_conv.py, cpu_depthwise.py), whose
+# weights and output sizes are written in other terms than a GPU build's.
+SIZE_ARITHMETIC = {"add", "sub", "mul", "floordiv", "floormod", "min", "max", "shape_build", "load_const",
+                   "load_int"}
 
 
 def instruction_profile(exe) -> collections.Counter:

@@ -336,9 +336,15 @@ def test_value_shaped(onnx_check, case):
     onnx_check(*VALUE_SHAPED[case])
 
 
+# RoiAlign averages 4 bilinear samples of 4 values each: float32 rounding in
+# another order than onnxruntime's (with or without fused multiply-adds)
+# differs by up to ~2e-6 on values of magnitude 1.
+_ATOL = {"RoiAlign": 1e-5}
+
+
 @pytest.mark.parametrize("case", COUNT_SIZED)
 def test_count_sized_and_control_flow(onnx_check, case):
-    onnx_check(*COUNT_SIZED[case])
+    onnx_check(*COUNT_SIZED[case], atol=_ATOL.get(case, 1e-6))
 
 
 def op_types(graph):
