@@ -18,6 +18,13 @@ _os.environ.setdefault("TVM_NUM_THREADS", str(len(_os.sched_getaffinity(0)) if h
 import tvm as _tvm  # noqa: E402, F401
 import tvm_ffi as _tvm_ffi  # noqa: E402, F401
 
+# Kernels TVM makes from TE computations (its importer's, its legalizations',
+# shapefn's) take their size parameters in a deterministic order, so the
+# kernel cache hits from one process to the next (compiler/te_params.py).
+from .compiler import te_params as _te_params  # noqa: E402
+
+_te_params.install()
+
 from . import ops
 from .builder import Label, Param, ProgramBuilder, Reg
 from .compiler.compile import compile

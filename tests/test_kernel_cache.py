@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
-from tvm import relax, tirx
+from tvm import relax, te, tirx
 from tvm.s_tir import dlight
 from tvm.script import tirx as T
 
@@ -187,6 +187,61 @@ def test_gpu_build_is_one_cached_library(cache_dir):
     assert exe._library.imports[0].kind == "opencl"
     _, cpu_built, _ = compile_counting(chain())
     assert cpu_built > 0 and len(library_entries(cache_dir)) == 2
+
+
+def many_sizes():
+    """A kernel over a tensor of n0*...*n4 elements: five sizes no dimension
+    binds, which TVM passes to the kernel as extra parameters."""
+    sizes = [tirx.Var(f"n{i}", "int64") for i in range(5)]
+    x = relax.Var("x", relax.TensorType(sizes, "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        flat = bb.emit(relax.op.reshape(x, [sizes[0] * sizes[1] * sizes[2] * sizes[3] * sizes[4]]))
+        doubled = bb.emit_te(lambda t: te.compute(t.shape, lambda i: t[i] * 2.0, name="doubled"), flat)
+        bb.emit_func_output(doubled)
+    return bb.get()
+
+
+_COMPILE_FOR_OPENCL = """
+import json, sys, shapefn
+sys.path.insert(0, {tests!r})
+from test_kernel_cache import many_sizes
+from shapefn import kernel_cache
+shapefn.set_cache_dir({cache!r})
+shapefn.compile(many_sizes(), "opencl")
+print(json.dumps(kernel_cache.stats().misses))
+"""
+
+
+def test_a_warm_gpu_compile_in_another_process_builds_nothing(cache_dir):
+    """The kernel of ``many_sizes`` takes five extra size parameters; in a
+    second process its library (cached whole, keyed by every kernel) is
+    found, so those parameters come in the same order in every process."""
+    script = _COMPILE_FOR_OPENCL.format(tests=os.path.dirname(__file__), cache=str(cache_dir))
+    misses = []
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        misses.append(json.loads(done.stdout))
+    assert misses[0] > 0 and misses[1:] == [0, 0]
+    assert len(library_entries(cache_dir)) == 1
+
+
+def test_size_parameters_are_ordered_by_first_occurrence():
+    """The same kernel with its size parameters in two orders becomes one
+    kernel, and the call's size arguments move with the parameters."""
+    from shapefn.compiler import te_params
+    a, b, c = (tirx.Var(name, "int64") for name in "abc")
+    x = te.placeholder((a * b + c,), "float32", name="x")
+    y = te.compute((a * b + c,), lambda i: x[i] + 1.0, name="y")
+    forward = te.create_prim_func([x, a, b, c, y])
+    backward = te.create_prim_func([x, c, b, a, y])
+    tensor = relax.Var("t", relax.TensorType([a * b + c], "float32"))
+    f1, args1 = te_params.canonical(forward, [tensor, a, b, c])
+    f2, args2 = te_params.canonical(backward, [tensor, c, b, a])
+    assert tvm_ffi.structural_equal(f1, f2)
+    assert [str(arg) for arg in args1] == [str(arg) for arg in args2] == ["t", "a", "b", "c"]
+    assert not tvm_ffi.structural_equal(forward, backward)
 
 
 def test_gpu_library_without_its_runtime_is_cached_and_returned_as_built(cache_dir):
