@@ -18,15 +18,9 @@ _os.environ.setdefault("TVM_NUM_THREADS", str(len(_os.sched_getaffinity(0)) if h
 import tvm as _tvm  # noqa: E402, F401
 import tvm_ffi as _tvm_ffi  # noqa: E402, F401
 
-# Kernels TVM makes from TE computations (its importer's, its legalizations',
-# shapefn's) take their size parameters in a deterministic order, so the
-# kernel cache hits from one process to the next (compiler/te_params.py).
-from .compiler import te_params as _te_params  # noqa: E402
-
-_te_params.install()
-
 from . import ops
 from .builder import Label, Param, ProgramBuilder, Reg
+from .compiler import te_params as _te_params
 from .compiler.compile import compile
 from .compiler.shape_calls import emit_extern
 from .config import cache_dir, set_cache_dir
@@ -46,6 +40,11 @@ from .executable import Executable
 from .profiler import ProfileReport
 from .registry import data_dependence, register_shape_func, registered_ops, shape_func_info
 from .vm import Tensor, VirtualMachine
+
+# Kernels TVM makes from TE computations (its importer's, its legalizations',
+# shapefn's) take their size parameters in a deterministic order, so the
+# kernel cache hits from one process to the next (compiler/te_params.py).
+_te_params.install()
 
 __version__ = "0.1.0"
 
