@@ -33,10 +33,10 @@ import math
 import tvm_ffi
 from tvm import s_tir, tirx
 
-from .kernels import cpu_conv, cpu_dense, cpu_depthwise
+from .kernels import cpu_conv, cpu_dense, cpu_depthwise, cpu_roi_align
 
 # Part of every CPU kernel's cache key: a change here recompiles them.
-VERSION = "reduction-3+conv2d-packed-2+dense-packed-2+depthwise-1"
+VERSION = "reduction-3+conv2d-packed-2+dense-packed-2+depthwise-1+roi-align-1"
 _ROWS = 4
 _LANES = (64, 32, 16, 8, 4)
 _MIN_REDUCTION = 32
@@ -45,6 +45,8 @@ _log = logging.getLogger(__name__)
 
 def schedule(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """``func`` scheduled for the CPU, or ``func`` itself if it does not reduce."""
+    if cpu_roi_align.is_roi_align(func):
+        return cpu_roi_align.schedule(func)
     if not _reduces(func):
         return func  # most kernels: decided without building a Schedule (every compile schedules every kernel)
     sch = s_tir.Schedule(func)

@@ -1,8 +1,9 @@
 """Legalizations shapefn overrides in TVM's ``LegalizeOps``.
 
-``conv2d`` and ``matmul`` by constants on the CPU, whose defaults are far
-from the machine's speed (``kernels/cpu_conv.py``, ``kernels/cpu_depthwise.py``,
-``kernels/cpu_dense.py``); ``relu``, ``clip``, ``maximum`` and ``minimum``,
+``conv2d`` and ``matmul`` by constants and ``roi_align`` on the CPU, whose
+defaults are far from the machine's speed (``kernels/cpu_conv.py``,
+``kernels/cpu_depthwise.py``, ``kernels/cpu_dense.py``,
+``kernels/cpu_roi_align.py``); ``relu``, ``clip``, ``maximum`` and ``minimum``,
 which give a number for NaN where ONNX keeps NaN;
 ``broadcast_to`` from a size-1 dimension known only at run time and
 ``resize2d`` with symbolic output sizes, because TVM's are wrong there (build
@@ -18,7 +19,7 @@ import functools
 import tvm
 from tvm import ir, relax, te, tirx, topi
 
-from .kernels import cpu_conv, cpu_dense, cpu_depthwise, dynamic, resize, scan
+from .kernels import cpu_conv, cpu_dense, cpu_depthwise, cpu_roi_align, dynamic, resize, scan
 from .kernels.concat import sequential_concat
 from .kernels.scatter import SCATTER_REDUCTIONS, scatter_elements
 from .placement import is_tensor_const
@@ -43,7 +44,7 @@ def legalize_map(gpu: bool = False) -> dict:
     (``target_schedule.kernel_form``)."""
     # GEMM-like ops by constant weights, as register-tiled CPU kernels
     cpu_gemms = {"relax.nn.conv2d": legalize_conv2d, "relax.nn.conv2d_transpose": legalize_conv2d_transpose,
-                 "relax.matmul": legalize_matmul}
+                 "relax.matmul": legalize_matmul, "relax.vision.roi_align": legalize_roi_align}
     return {"relax.broadcast_to": legalize_broadcast_to, "relax.image.resize2d": legalize_resize2d,
             "relax.concat": functools.partial(legalize_concat, gpu=gpu),
             "relax.scatter_elements": functools.partial(legalize_scatter_elements, gpu=gpu),
@@ -64,6 +65,20 @@ def legalize_map(gpu: bool = False) -> dict:
 def _vector_lanes() -> int:
     target = tvm.target.Target.current()
     return cpu_conv.lanes(host_cpu_features(target) if target is not None else ())
+
+
+def legalize_roi_align(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """A CPU RoIAlign of a fixed number of samples per bin over NCHW float32
+    maps as ``cpu_roi_align``'s kernel; any other as TVM's."""
+    attrs = call.attrs
+    data, rois = call.args
+    if str(attrs.layout) != "NCHW" or str(attrs.mode) not in ("avg", "max") or int(attrs.sample_ratio) <= 0 \
+            or {str(data.ty.dtype), str(rois.ty.dtype)} != {"float32"}:
+        return _default_legalization(bb, call)
+    return bb.call_te(cpu_roi_align.roi_align_te, data, rois, [int(s) for s in attrs.pooled_size],
+                      float(attrs.spatial_scale), int(attrs.sample_ratio), bool(attrs.aligned),
+                      str(attrs.mode), primfunc_name_hint="roi_align",
+                      primfunc_attrs={cpu_roi_align.ROI_ALIGN_ATTR: True})
 
 
 def legalize_matmul(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:

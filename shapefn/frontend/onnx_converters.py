@@ -437,6 +437,23 @@ def clip(importer, inputs, attrs, opset):
     return result
 
 
+@converter("RoiAlign")
+def roi_align(importer, inputs, attrs, opset):
+    """TVM's converter, with ``half_pixel``'s shift of half a pixel made in
+    the feature map's coordinates (after ``spatial_scale``), as ONNX and
+    onnxruntime make it: TVM's converter shifts the RoIs before scaling
+    them, off by ``0.5 * (1 - spatial_scale)`` map pixels."""
+    default = "half_pixel" if opset >= 16 else "output_half_pixel"
+    scale = float(attrs.get("spatial_scale", 1.0))
+    if str_attr(attrs.get("coordinate_transformation_mode"), default) == "half_pixel" and scale not in (0.0, 1.0) \
+            and len(inputs) == 3:
+        bb = importer.bb
+        rois = as_tensor(bb, inputs[1])
+        shift = relax.const(0.5 - 0.5 / scale, str(rois.ty.dtype))
+        inputs = [inputs[0], bb.normalize(relax.op.add(rois, shift)), inputs[2]]
+    return tvm_converter(importer, "RoiAlign", inputs, attrs, opset)
+
+
 @converter("GatherND")
 def gather_nd(importer, inputs, attrs, opset):
     """GatherND whose index tuples' length (the last size of indices) is
