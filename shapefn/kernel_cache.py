@@ -1,5 +1,6 @@
-"""On-disk cache of TVM-compiled kernels: one object file per kernel, keyed
-by that kernel's content, linked into one shared library per module.
+"""On-disk cache of TVM-compiled kernels: each kernel keyed by its content,
+compiled in a batch with others into one object file, and linked into one
+shared library per module.
 
 Compiling kernels is most of the time a model takes to compile. Keying each
 kernel on its own (rather than the whole module) lets a compile reuse every
@@ -13,18 +14,22 @@ the cache compiles them as they are. A kernel's key is TVM's structural
 hash of its PrimFunc without its name (the equality TVM itself uses to merge
 identical kernels: it ignores variable names) plus the target, the TVM pass
 options in effect, TVM's version and the version of the schedules applied.
-For CPU targets its object is compiled under a symbol made from the key, and
-the linker gives each name of the module an alias to it (``--defsym``), so
-one object serves every name and module. Device code is a module imported by
+For CPU targets the kernels a compile lacks are compiled in batches of up to
+16, one module per batch (TVM and LLVM spend per module about what a small
+kernel costs); each kernel has a symbol made from its key and its batch's,
+its entry names its batch, and the linker gives each name of the module an
+alias to its kernel's symbol (``--defsym``), so one object serves every name
+and module. Device code is a module imported by
 the host code, which objects cannot carry: for GPU targets the module is
 compiled whole and only the library is cached. Libraries are keyed by the
 module's names and kernel keys. Entries are written under a temporary name
 and renamed, so concurrent processes see a whole entry or none; an object
-entry carries the SHA-256 of its bytes, and one that does not match (or a
-library that does not load) is rebuilt and replaced.
+carries the SHA-256 of its bytes, and a kernel whose entry or object is
+missing or does not match (or a library that does not load) is rebuilt.
 
 Layout under ``directory`` (default ``<cache_dir>/kernels``):
-``objects/<key>.o`` and ``libraries/<key>.so``.
+``objects/<kernel key>.ref`` (its batch's key), ``objects/<batch key>.o``
+and ``libraries/<key>.so``.
 """
 from __future__ import annotations
 
@@ -222,66 +227,128 @@ def _loadable(module) -> bool:
                for m in module.imports)
 
 
-def _objects(funcs: dict, target, directory: Path, progress: Progress = QUIET) -> dict[str, bytes]:
-    """The object code of each kernel (by key), compiling those the cache
-    lacks one per core at a time (TVM releases the GIL while compiling)."""
-    found = {key: _read_entry(directory / f"{key}.o") for key in funcs}
-    missing = [key for key, data in found.items() if data is None]
+# Kernels compiled together into one object: TVM and LLVM have a cost per
+# module (building and running their pass pipelines, emitting an object)
+# comparable to compiling a small kernel, which a batch shares.
+_BATCH_KERNELS = 16
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A cached kernel: the batch object holding it and its symbol there."""
+    batch: str
+    data: bytes
+
+    def symbol(self, key: str) -> str:
+        return _symbol(key, self.batch)
+
+
+def _symbol(key: str, batch: str) -> str:
+    # Unique per batch: a kernel built again (its entry lost, or built by two
+    # processes at once) lives in two objects a library may both link.
+    return f"{_SYMBOL_PREFIX}{key[:32]}_{batch[:16]}"
+
+
+def _objects(funcs: dict, target, directory: Path, progress: Progress = QUIET) -> dict[str, _Entry]:
+    """Each kernel's (by key) cached object, compiling those the cache
+    lacks in batches, one batch per core at a time (TVM releases the GIL
+    while compiling)."""
+    batches_read: dict[str, bytes | None] = {}
+    found = {key: _read_kernel(directory, key, batches_read) for key in funcs}
+    missing = [key for key, entry in found.items() if entry is None]
     _count(len(funcs) - len(missing), len(missing))
+    cores = len(os.sched_getaffinity(0))
+    size = max(1, min(_BATCH_KERNELS, -(-len(missing) // cores)))
+    batches = [missing[i:i + size] for i in range(0, len(missing), size)]
 
-    def compile_one(key: str) -> bytes:
-        data = _compile(funcs[key], _SYMBOL_PREFIX + key[:32], target)
-        entry = hashlib.sha256(data).digest() + data
-        _write_atomically(directory / f"{key}.o", lambda temp: Path(temp).write_bytes(entry))
-        progress.advance()
-        return data
+    def compile_batch(keys: list[str]) -> list[_Entry]:
+        batch = hashlib.sha256("".join(sorted(keys)).encode()).hexdigest()
+        data = _compile({_symbol(key, batch): funcs[key] for key in keys}, target)
+        _write_atomically(directory / f"{batch}.o",
+                          lambda temp: Path(temp).write_bytes(hashlib.sha256(data).digest() + data))
+        for key in keys:
+            _write_atomically(directory / f"{key}.ref", lambda temp: Path(temp).write_text(batch))
+        progress.advance(len(keys))
+        return [_Entry(batch, data)] * len(keys)
 
-    workers = min(len(missing), len(os.sched_getaffinity(0)))
+    workers = min(len(batches), cores)
     if workers > 1:
         # The pass context is thread-local: workers get the caller's options
         # (not its instruments, which are not made for concurrent passes).
         caller = tvm.transform.PassContext.current()
 
-        def compile_in_context(key: str) -> bytes:
+        def compile_in_context(keys: list[str]) -> list[_Entry]:
             with tvm.transform.PassContext(opt_level=caller.opt_level, required_pass=list(caller.required_pass),
                                            disabled_pass=list(caller.disabled_pass), config=dict(caller.config)):
-                return compile_one(key)
+                return compile_batch(keys)
 
         with progress.kernels(len(missing)), ThreadPoolExecutor(workers) as pool:
-            found.update(zip(missing, pool.map(compile_in_context, missing)))
+            for keys, entries in zip(batches, pool.map(compile_in_context, batches)):
+                found.update(zip(keys, entries))
     else:
         with progress.kernels(len(missing)):
-            found.update((key, compile_one(key)) for key in missing)
+            for keys in batches:
+                found.update(zip(keys, compile_batch(keys)))
     return found
 
 
-def _compile(func: tvm.tirx.PrimFunc, symbol: str, target) -> bytes:
-    module = tvm.tirx.build(tvm.IRModule({symbol: func.with_attr("global_symbol", symbol)}), target)
+def _compile(funcs: dict, target) -> bytes:
+    """The object code of ``funcs`` (by symbol) compiled as one module; if
+    TVM fails, the error is that of the first kernel failing on its own."""
+    try:
+        module = tvm.tirx.build(tvm.IRModule({s: f.with_attr("global_symbol", s) for s, f in funcs.items()}), target)
+    except Exception:
+        if len(funcs) == 1:
+            raise
+        for symbol, func in funcs.items():
+            _compile({symbol: func}, target)
+        raise
     with tempfile.TemporaryDirectory(prefix="shapefn-kernel-") as workspace:
-        path = os.path.join(workspace, "kernel.o")
+        path = os.path.join(workspace, "kernels.o")
         module.write_to_file(path)
         return Path(path).read_bytes()
 
 
+def _read_kernel(directory: Path, key: str, batches_read: dict) -> _Entry | None:
+    """A kernel's entry, or None when its reference or its batch object is
+    missing or corrupt; ``batches_read`` holds the objects read so far."""
+    try:
+        batch = (directory / f"{key}.ref").read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if len(batch) != 64 or not all(c in "0123456789abcdef" for c in batch):
+        return None
+    if batch not in batches_read:
+        batches_read[batch] = _read_entry(directory / f"{batch}.o")
+    data = batches_read[batch]
+    return None if data is None else _Entry(batch, data)
+
+
 def _read_entry(path: Path) -> bytes | None:
-    """An object entry's code, or None when it is missing or corrupt."""
+    """An object's code, or None when it is missing or corrupt (a corrupt
+    object is removed: entries are renamed into place whole, so it is no
+    write in progress)."""
     try:
         entry = path.read_bytes()
     except OSError:
         return None
     digest, data = entry[:_DIGEST_BYTES], entry[_DIGEST_BYTES:]
-    return data if data and hashlib.sha256(data).digest() == digest else None
+    if data and hashlib.sha256(data).digest() == digest:
+        return data
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return None
 
 
-def _link(objects: dict[str, bytes], keys: dict[str, str], output: str) -> None:
-    """Links the objects into one shared library in which each name of
-    ``keys`` is an alias of its kernel's symbol."""
+def _link(objects: dict[str, _Entry], keys: dict[str, str], output: str) -> None:
+    """Links the kernels' batch objects into one shared library in which
+    each name of ``keys`` is an alias of its kernel's symbol."""
     with tempfile.TemporaryDirectory(prefix="shapefn-link-") as workspace:
         files = []
-        for key, data in objects.items():
-            files.append(os.path.join(workspace, f"{key}.o"))
+        for batch, data in {entry.batch: entry.data for entry in objects.values()}.items():
+            files.append(os.path.join(workspace, f"{batch}.o"))
             Path(files[-1]).write_bytes(data)
-        aliases = [f"-Wl,--defsym,{_FFI_PREFIX}{name}={_FFI_PREFIX}{_SYMBOL_PREFIX}{key[:32]}"
+        aliases = [f"-Wl,--defsym,{_FFI_PREFIX}{name}={_FFI_PREFIX}{objects[key].symbol(key)}"
                    for name, key in sorted(keys.items())]
         cc.create_shared(output, files, options=aliases)
 

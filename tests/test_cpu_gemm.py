@@ -9,6 +9,7 @@ tile, strides, dilations, asymmetric padding, batch 0, a fused bias and
 activation."""
 import numpy as np
 import pytest
+import tvm_ffi
 from test_onnx_ops import F, model, node, uniform
 
 from shapefn.compiler import cpu_schedule, target_schedule
@@ -223,3 +224,20 @@ def test_transposed_convolutions_match_onnxruntime(onnx_check, case):
 def test_non_overlapping_transposed_convolutions_take_the_packed_kernel():
     assert len(packed_kernels(TRANSPOSED["2x2-stride2"][0])) == 1
     assert packed_kernels(TRANSPOSED["3x3-stride2-padded"][0]) == []
+
+
+def test_convolutions_keep_the_sizes_relax_infers():
+    """Strided packed and depthwise convolutions of an image of any size:
+    after legalization the output's sizes are Relax's, simplified as its
+    shape inference writes them (in other terms they grow with every layer
+    and make the kernels after them other kernels)."""
+    nodes = [node("Conv", ["x", "w1"], ["a"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             node("Conv", ["a", "w2"], ["b"], kernel_shape=[5, 5], strides=[2, 2], pads=[2, 2, 2, 2], group=16),
+             node("Conv", ["b", "w3"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 1, 0])]
+    m = model(nodes, [("x", F, [1, 8, "H", "W"])], [("y", F, None)],
+              {"w1": weight(16, 8, 3, 3), "w2": weight(16, 1, 5, 5), "w3": weight(32, 16, 3, 3)})
+    imported = from_onnx(m)
+    lowered = lower(imported, target_schedule.host_target())
+    assert len(packed_kernels(m)) == 2
+    assert tvm_ffi.structural_equal(lowered["main"].ret_ty, imported["main"].ret_ty), \
+        (lowered["main"].ret_ty, imported["main"].ret_ty)

@@ -60,7 +60,11 @@ def compile_counting(mod, device="sim"):
     return exe, after.misses - before.misses, after.hits - before.hits
 
 
-def object_entries(cache_dir):
+def kernel_entries(cache_dir):
+    return sorted((cache_dir / "kernels" / "objects").glob("*.ref"))
+
+
+def batch_objects(cache_dir):
     return sorted((cache_dir / "kernels" / "objects").glob("*.o"))
 
 
@@ -71,7 +75,8 @@ def library_entries(cache_dir):
 def test_second_compile_builds_no_kernel(cache_dir):
     x = np.random.default_rng(1).standard_normal((5, 8)).astype("float32")
     first, built, _ = compile_counting(chain())
-    assert built == len(object_entries(cache_dir)) > 0
+    assert built == len(kernel_entries(cache_dir)) > 0
+    assert len(batch_objects(cache_dir)) == min(built, len(os.sched_getaffinity(0)))  # one batch per core
     second, rebuilt, reused = compile_counting(chain())
     assert (rebuilt, reused) == (0, built)
     want = relax_vm(chain(), x)
@@ -97,20 +102,47 @@ def test_module_differing_in_one_kernel_rebuilds_only_it(cache_dir):
     np.testing.assert_allclose(run(exe, x), relax_vm(chain(5.0), x), rtol=1e-5, atol=1e-6)
 
 
+def damaged(data: bytes, damage: str) -> bytes:
+    return {"truncate": data[: len(data) // 2],
+            "flip": data[:-9] + bytes([data[-9] ^ 0xFF]) + data[-8:],
+            "garbage": b"not an object file"}[damage]
+
+
 @pytest.mark.parametrize("damage", ["truncate", "flip", "garbage"])
-def test_corrupt_entry_is_rebuilt(cache_dir, damage):
+def test_corrupt_object_is_rebuilt(cache_dir, damage):
     compile_counting(chain())
-    entry = object_entries(cache_dir)[0]
+    entry = batch_objects(cache_dir)[0]
+    members = [ref for ref in kernel_entries(cache_dir) if ref.read_text() == entry.stem]
     data = entry.read_bytes()
-    entry.write_bytes({"truncate": data[: len(data) // 2],
-                       "flip": data[:-9] + bytes([data[-9] ^ 0xFF]) + data[-8:],
-                       "garbage": b"not an object file"}[damage])
+    entry.write_bytes(damaged(data, damage))
     for library in (cache_dir / "kernels" / "libraries").glob("*.so"):
         library.unlink()
     exe, rebuilt, _ = compile_counting(chain())
-    assert rebuilt == 1
-    assert entry.read_bytes() == data  # replaced by the rebuilt (identical) object
+    assert rebuilt == len(members) > 0  # the kernels of that object
+    assert not entry.exists() or entry.read_bytes() == data  # the corrupt object removed (or rebuilt the same)
+    assert all((ref.parent / f"{ref.read_text()}.o").exists() for ref in kernel_entries(cache_dir))
     x = np.random.default_rng(4).standard_normal((2, 8)).astype("float32")
+    np.testing.assert_allclose(run(exe, x), relax_vm(chain(), x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "missing"])
+def test_a_kernel_whose_entry_is_lost_is_rebuilt_and_linked_beside_its_old_batch(cache_dir, damage):
+    """The rebuilt kernel's new object and the old one holding its other
+    copy go into one library: their symbols differ by batch."""
+    _, built, _ = compile_counting(chain())
+    assert built > 1
+    ref = kernel_entries(cache_dir)[0]
+    if damage == "missing":
+        ref.unlink()
+    else:
+        ref.write_bytes(damaged(ref.read_bytes(), damage))
+    for library in (cache_dir / "kernels" / "libraries").glob("*.so"):
+        library.unlink()
+    objects = set(batch_objects(cache_dir))
+    exe, rebuilt, reused = compile_counting(chain())
+    assert (rebuilt, reused) == (1, built - 1)
+    assert len(set(batch_objects(cache_dir)) - objects) == 1
+    x = np.random.default_rng(9).standard_normal((3, 8)).astype("float32")
     np.testing.assert_allclose(run(exe, x), relax_vm(chain(), x), rtol=1e-5, atol=1e-6)
 
 
@@ -143,7 +175,7 @@ def test_kernel_reused_under_another_name(cache_dir):
     """A kernel is found by content, not name: here chain's last multiply
     comes second and is named ``multiply1``."""
     compile_counting(chain(3.0))
-    objects = len(object_entries(cache_dir))
+    objects = len(kernel_entries(cache_dir))
     n = tirx.Var("n", "int64")
     x = relax.Var("x", relax.TensorType([n, 8], "float32"))
     bb = relax.BlockBuilder()
@@ -155,7 +187,7 @@ def test_kernel_reused_under_another_name(cache_dir):
     exe, rebuilt, reused = compile_counting(mod)
     assert "multiply1" in exe.kernel_names
     assert (rebuilt, reused) == (1, 2)
-    assert len(object_entries(cache_dir)) == objects + 1
+    assert len(kernel_entries(cache_dir)) == objects + 1
     a = np.random.default_rng(7).standard_normal((3, 8)).astype("float32")
     np.testing.assert_allclose(run(exe, a), relax_vm(mod, a), rtol=1e-5, atol=1e-5)
 
@@ -164,12 +196,12 @@ def test_pass_options_are_part_of_the_key(cache_dir):
     """Kernels compiled under other TVM pass options (here: no argument
     checks) are other entries, and the workers compiling them see the options."""
     _, built, _ = compile_counting(chain())
-    checked = set(object_entries(cache_dir))
+    checked, checked_kernels = set(batch_objects(cache_dir)), set(kernel_entries(cache_dir))
     with tvm.transform.PassContext(config={"tirx.disable_assert": True}):
         exe, rebuilt, _ = compile_counting(chain())
     assert rebuilt == built
-    unchecked = set(object_entries(cache_dir)) - checked
-    assert len(unchecked) == built
+    unchecked = set(batch_objects(cache_dir)) - checked
+    assert len(set(kernel_entries(cache_dir)) - checked_kernels) == built
     assert all(b"Mismatched type on argument" in p.read_bytes() for p in checked)
     assert not any(b"Mismatched type on argument" in p.read_bytes() for p in unchecked)
     x = np.random.default_rng(8).standard_normal((2, 8)).astype("float32")
@@ -181,7 +213,8 @@ def test_gpu_build_is_one_cached_library(cache_dir):
     carried by objects) and its library cached; the CPU build of the same
     module is other entries."""
     _, built, _ = compile_counting(chain(), "opencl")
-    assert built > 0 and not object_entries(cache_dir) and len(library_entries(cache_dir)) == 1
+    assert built > 0 and not kernel_entries(cache_dir) and not batch_objects(cache_dir)
+    assert len(library_entries(cache_dir)) == 1
     exe, rebuilt, reused = compile_counting(chain(), "opencl")
     assert (rebuilt, reused) == (0, built)
     assert exe._library.imports[0].kind == "opencl"

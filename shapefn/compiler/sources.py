@@ -20,6 +20,7 @@ import re
 
 import tvm
 from tvm import relax
+from tvm.relax.expr import _update_type
 
 from .placement import key
 
@@ -240,7 +241,10 @@ def call_tir_rewrite(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def _with_span(call: relax.Call, source: str) -> relax.Call:
-    return relax.Call(call.op, call.args, call.attrs, call.ty_args, tvm.ir.Span(tvm.ir.SourceName(source), 0, 0, 0, 0))
+    spanned = relax.Call(call.op, call.args, call.attrs, call.ty_args,
+                         tvm.ir.Span(tvm.ir.SourceName(source), 0, 0, 0, 0))
+    _update_type(spanned, call.ty)
+    return spanned
 
 
 _DPS_OPS = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_tir_with_grad", "relax.call_dps_packed")
@@ -250,67 +254,107 @@ def _is_dps(call: relax.Call) -> bool:
     return isinstance(call.op, tvm.ir.Op) and call.op.name in _DPS_OPS
 
 
-@relax.expr_functor.mutator
-class _SpanCalls(relax.PyExprMutator):
+class _Spans:
+    """Sets the spans of the calls bound in a function's blocks, its
+    branches' included, visiting bindings in order (a branch's before the
+    binding of its ``If``). Only blocks, bindings and calls are rebuilt,
+    with the types they had: a span is no part of a type, so nothing needs
+    normalizing again (an ``ExprMutator`` would visit every expression)."""
+
+    def function(self, func: relax.Function) -> relax.Function:
+        body = self._expr(func.body)
+        if body.same_as(func.body):
+            return func
+        return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
+
+    def begin_block(self, block) -> None:
+        """Called before the bindings of ``block`` are visited."""
+
+    def source(self, binding, call: relax.Call) -> str | None:
+        """The span ``call`` (bound by ``binding``) gets; None: as it is."""
+        raise NotImplementedError
+
+    def _expr(self, expr: relax.Expr) -> relax.Expr:
+        if isinstance(expr, relax.SeqExpr):
+            blocks = [self._block(block) for block in expr.blocks]
+            body = self._expr(expr.body)
+            if body.same_as(expr.body) and all(new.same_as(old) for new, old in zip(blocks, expr.blocks)):
+                return expr
+            return _typed(relax.SeqExpr(blocks, body, expr.span), expr)
+        if isinstance(expr, relax.If):
+            true_branch, false_branch = self._expr(expr.true_branch), self._expr(expr.false_branch)
+            if true_branch.same_as(expr.true_branch) and false_branch.same_as(expr.false_branch):
+                return expr
+            return _typed(relax.If(expr.cond, true_branch, false_branch, expr.span), expr)
+        return expr
+
+    def _block(self, block):
+        self.begin_block(block)
+        bindings, changed = [], False
+        for binding in block.bindings:
+            value = self._expr(binding.value)
+            if isinstance(binding, relax.VarBinding) and isinstance(value, relax.Call):
+                source = self.source(binding, value)
+                if source is not None:
+                    value = _with_span(value, source)
+            if value.same_as(binding.value):
+                bindings.append(binding)
+                continue
+            changed = True
+            if isinstance(binding, relax.MatchCast):
+                bindings.append(relax.MatchCast(binding.var, value, binding.ty, binding.span))
+            else:
+                bindings.append(relax.VarBinding(binding.var, value, binding.span))
+        return type(block)(bindings, block.span) if changed else block
+
+
+def _typed(new: relax.Expr, old: relax.Expr) -> relax.Expr:
+    _update_type(new, old.ty)
+    return new
+
+
+class _SpanCalls(_Spans):
     """Each call of a binding gets its source as span; ``dps_sources`` lists
     the sources of the destination-passing ones in visiting order."""
 
     def __init__(self, descriptions: dict[str, str]):
-        super().__init__()
         self.descriptions = descriptions
         self.dps_sources: list[str] = []
         self._sources: dict[int, str] = {}
 
-    def visit_binding_block_(self, block):
-        self._look_ahead(block)
-        return super().visit_binding_block_(block)
+    def visit_expr(self, func: relax.Function) -> relax.Function:
+        return self.function(func)
 
-    def visit_dataflow_block_(self, block):
-        self._look_ahead(block)
-        return super().visit_dataflow_block_(block)
-
-    def _look_ahead(self, block) -> None:
+    def begin_block(self, block) -> None:
         """The source of each binding of ``block``: its var's, else the next named one's."""
         current = ""
         for binding in reversed(list(block.bindings)):
             current = self.descriptions.get(binding.var.name, current)
             self._sources[key(binding)] = current
 
-    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
-        if not isinstance(binding.value, relax.Call):
-            super().visit_var_binding_(binding)
-            return
-        value = self.visit_expr(binding.value)
+    def source(self, binding, call: relax.Call) -> str:
         source = self._sources.get(key(binding), "")
-        if _is_dps(value):
+        if _is_dps(call):
             self.dps_sources.append(source)
-        self.builder_.emit_normalized(relax.VarBinding(binding.var, self._spanned(value, source)))
-
-    def _spanned(self, call: relax.Call, source: str) -> relax.Call:
-        return self.builder_.normalize(_with_span(call, source))
+        return source
 
 
-@relax.expr_functor.mutator
-class _SpanRewrittenCalls(relax.PyExprMutator):
+class _SpanRewrittenCalls(_Spans):
     """Spans for the calls ``CallTIRRewrite`` made, in the order
     ``_SpanCalls`` met their ``call_tir``s: a kernel call takes the next of
     ``dps_sources``; an allocation (just before its kernel call) the same."""
 
     def __init__(self, dps_sources: list[str]):
-        super().__init__()
         self.pending = list(reversed(dps_sources))
 
-    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
-        value = binding.value
-        if not isinstance(value, relax.Call) or value.span is not None:
-            super().visit_var_binding_(binding)
-            return
-        if value.op.same_as(_ALLOC_TENSOR):
-            source = self.pending[-1] if self.pending else ""
-        elif not isinstance(value.op, tvm.ir.Op):
-            source = self.pending.pop() if self.pending else ""
-        else:
-            super().visit_var_binding_(binding)
-            return
-        value = self.builder_.normalize(_with_span(self.visit_expr(value), source))
-        self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
+    def visit_expr(self, func: relax.Function) -> relax.Function:
+        return self.function(func)
+
+    def source(self, binding, call: relax.Call) -> str | None:
+        if call.span is not None:
+            return None
+        if call.op.same_as(_ALLOC_TENSOR):
+            return self.pending[-1] if self.pending else ""
+        if not isinstance(call.op, tvm.ir.Op):
+            return self.pending.pop() if self.pending else ""
+        return None

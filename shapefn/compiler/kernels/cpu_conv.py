@@ -101,12 +101,12 @@ def conv2d_te(data: te.Tensor, packed: te.Tensor, out_channels: int, strides, pa
     blocks, in_channels, kh, kw, lanes_ = (int(d) for d in packed.shape)
     (sh, sw), (dh, dw) = strides, dilation
     top, left, bottom, right = padding
-    out_h = (height + (top + bottom) - (dh * (kh - 1) + 1)) // sh + 1
-    out_w = (width + (left + right) - (dw * (kw - 1) + 1)) // sw + 1
-    vectors, columns = register_tile(lanes_, sym.Analyzer().simplify(out_w))
-    tiles_w = (out_w + (columns - 1)) // columns * columns
-    padded_h = (out_h - 1) * sh + dh * (kh - 1) + 1
-    padded_w = (tiles_w - 1) * sw + dw * (kw - 1) + 1
+    out_h, out_w = output_size(height, width, kh, kw, strides, padding, dilation)
+    vectors, columns = register_tile(lanes_, out_w)
+    simplify = sym.Analyzer().simplify
+    tiles_w = simplify((out_w + (columns - 1)) // columns * columns)
+    padded_h = simplify((out_h - 1) * sh + dh * (kh - 1) + 1)
+    padded_w = simplify((tiles_w - 1) * sw + dw * (kw - 1) + 1)
     zero = tirx.const(0, data.dtype)
 
     def pad(b, c, y, x):
@@ -135,6 +135,17 @@ def conv2d_te(data: te.Tensor, packed: te.Tensor, out_channels: int, strides, pa
         return at(b, o * (bh * bw) + (y % bh) * bw + x % bw, y // bh, x // bw)
 
     return te.compute((n, i64(out_channels // (bh * bw)), out_h * bh, out_w * bw), spread, name="unpack")
+
+
+def output_size(height, width, kh: int, kw: int, strides, padding, dilation) -> tuple:
+    """A convolution's output height and width, simplified as Relax's shape
+    inference writes them: sizes in other terms would make the kernels after
+    it other kernels (and grow with every layer of a dynamic-size model)."""
+    (sh, sw), (dh, dw) = strides, dilation
+    top, left, bottom, right = padding
+    simplify = sym.Analyzer().simplify
+    return (simplify((height + (top + bottom) - (dh * (kh - 1) + 1)) // sh + 1),
+            simplify((width + (left + right) - (dw * (kw - 1) + 1)) // sw + 1))
 
 
 def is_packed_conv(sch: s_tir.Schedule, block) -> bool:

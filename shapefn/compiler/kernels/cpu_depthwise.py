@@ -25,7 +25,7 @@ order of the unscheduled kernel (rows, then columns of the window).
 """
 from __future__ import annotations
 
-from tvm import s_tir, te, tirx
+from tvm import s_tir, sym, te, tirx
 
 from . import cpu_conv
 from .tir_builder import i64
@@ -49,12 +49,12 @@ def depthwise_te(data: te.Tensor, weight: te.Tensor, groups: int, strides, paddi
     channels, multiplier = i64(groups), out_channels // groups
     (sh, sw), (dh, dw) = strides, dilation
     top, left, bottom, right = padding
-    out_h = (height + (top + bottom) - (dh * (kh - 1) + 1)) // sh + 1
-    out_w = (width + (left + right) - (dw * (kw - 1) + 1)) // sw + 1
+    out_h, out_w = cpu_conv.output_size(height, width, kh, kw, strides, padding, dilation)
     columns = lanes * VECTORS
-    tiles_w = (out_w + (columns - 1)) // columns * columns
-    padded_h = (out_h - 1) * sh + dh * (kh - 1) + 1
-    phase_w = tiles_w + i64(dw * (kw - 1) // sw)
+    simplify = sym.Analyzer().simplify
+    tiles_w = simplify((out_w + (columns - 1)) // columns * columns)
+    padded_h = simplify((out_h - 1) * sh + dh * (kh - 1) + 1)
+    phase_w = simplify(tiles_w + i64(dw * (kw - 1) // sw))
     zero = tirx.const(0, data.dtype)
 
     def pad(b, c, y, phase, j):
