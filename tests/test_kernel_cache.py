@@ -146,6 +146,23 @@ def test_a_kernel_whose_entry_is_lost_is_rebuilt_and_linked_beside_its_old_batch
     np.testing.assert_allclose(run(exe, x), relax_vm(chain(), x), rtol=1e-5, atol=1e-6)
 
 
+def test_a_kernel_failing_in_a_batch_raises_its_own_error(cache_dir, monkeypatch):
+    """When TVM cannot build a batch, the error is that of the kernel that
+    fails on its own, not of the batch."""
+    build = tvm.tirx.build
+
+    def failing_on_tanh(mod, target):
+        if any("T.tanh" in f.script() for f in mod.functions.values()):
+            raise RuntimeError(f"cannot build {' '.join(gv.name_hint for gv in mod.functions)}")
+        return build(mod, target)
+
+    monkeypatch.setattr(tvm.tirx, "build", failing_on_tanh)
+    monkeypatch.setattr(kernel_cache, "_BATCH_KERNELS", 5)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})  # one batch of all five
+    with pytest.raises(RuntimeError, match=r"cannot build \S+$"):
+        shapefn.compile(chain(), "sim")
+
+
 def test_corrupt_library_is_relinked(cache_dir):
     compile_counting(chain())
     (library,) = (cache_dir / "kernels" / "libraries").glob("*.so")
