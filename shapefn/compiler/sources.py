@@ -131,7 +131,7 @@ def fuse_ops(mod: tvm.IRModule) -> tvm.IRModule:
     spans = _SpanCalls(descriptions)
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
-            mod[gv] = spans.visit_expr(func)
+            mod[gv] = spans.function(func)
     mod = relax.transform.FuseOps()(mod)
     namer = _FusedCallNames(mod, descriptions)
     for gv, func in list(mod.functions.items()):
@@ -231,12 +231,12 @@ def call_tir_rewrite(mod: tvm.IRModule) -> tvm.IRModule:
     before = _SpanCalls(descriptions)
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
-            mod[gv] = before.visit_expr(func)
+            mod[gv] = before.function(func)
     mod = relax.transform.CallTIRRewrite()(mod)
     after = _SpanRewrittenCalls(before.dps_sources)
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
-            mod[gv] = after.visit_expr(func)
+            mod[gv] = after.function(func)
     return mod
 
 
@@ -322,9 +322,6 @@ class _SpanCalls(_Spans):
         self.dps_sources: list[str] = []
         self._sources: dict[int, str] = {}
 
-    def visit_expr(self, func: relax.Function) -> relax.Function:
-        return self.function(func)
-
     def begin_block(self, block) -> None:
         """The source of each binding of ``block``: its var's, else the next named one's."""
         current = ""
@@ -346,9 +343,6 @@ class _SpanRewrittenCalls(_Spans):
 
     def __init__(self, dps_sources: list[str]):
         self.pending = list(reversed(dps_sources))
-
-    def visit_expr(self, func: relax.Function) -> relax.Function:
-        return self.function(func)
 
     def source(self, binding, call: relax.Call) -> str | None:
         if call.span is not None:
