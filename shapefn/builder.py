@@ -223,13 +223,17 @@ class ProgramBuilder:
                                   "out_ndims": list(out_ndims)})
 
     def build(self, library=None, kernels: Mapping | None = None, *, library_path=None,
-              default_dependence: str = "per-input", host_cpu_features: Sequence[str] = ()) -> Executable:
+              default_dependence: str = "per-input", host_cpu_features: Sequence[str] = (),
+              device_code: str | None = None) -> Executable:
         """Verifies and returns the executable. ``library`` is a TVM runtime
         module whose functions provide the kernels of the same names, and
         ``library_path`` its file (by default the kernel cache's file it was
         loaded from, if any). ``host_cpu_features`` are the CPU features its
         host code uses (``target_schedule.host_cpu_features``): a VM refuses
-        to run the executable on a CPU without them."""
+        to run the executable on a CPU without them. ``device_code`` is what
+        the kernels run on ("cpu", "cuda", "opencl"; "" for any device): a VM
+        refuses other devices. By default it is the kind of the library's
+        device module, "cpu" for a library without one, "" without a library."""
         parts = [fb._finish() for fb in self._functions]  # declares the kernels it names
         funcs = dict(self._kernel_funcs)
         if library is not None:
@@ -241,7 +245,20 @@ class ProgramBuilder:
                         pass
         funcs.update(kernels or {})
         core = _core.Executable.from_parts(parts, self._constants, self._kernels, self._shape_funcs, "",
-                                           list(self._carried.values()), list(host_cpu_features))
+                                           list(self._carried.values()), list(host_cpu_features),
+                                           _device_code_of(library) if device_code is None else device_code)
         if library is not None and library_path is None:
             library_path = kernel_cache.file_of(library)  # saved by copying it
         return Executable(core, funcs, library, library_path=library_path, default_dependence=default_dependence)
+
+
+_DEVICE_MODULE_KINDS = {"cuda", "opencl", "vulkan", "metal", "rocm"}
+
+
+def _device_code_of(library) -> str:
+    """The kind of ``library``'s device module ("cuda", "opencl"), "cpu" if
+    it has none, "" without a library."""
+    if library is None:
+        return ""
+    kinds = sorted({m.kind for m in library.imports} & _DEVICE_MODULE_KINDS)
+    return kinds[0] if kinds else "cpu"

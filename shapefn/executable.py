@@ -55,6 +55,13 @@ class Executable:
         return list(self._core.host_cpu_features)
 
     @property
+    def device_code(self) -> str:
+        """What the kernels were compiled for: "cpu" (the ``host`` and ``sim``
+        devices), "cuda", "opencl", ...; "" for any device. VMs refuse
+        devices of another kind."""
+        return self._core.device_code
+
+    @property
     def shape_funcs(self) -> list[str]:
         return list(self._core.shape_funcs)
 
@@ -119,6 +126,9 @@ class Executable:
         if core.kernel_library:
             import tvm  # noqa: F401  (loads TVM's runtime, which compiled kernels call)
             import tvm_ffi
+
+            if core.device_code == "cuda":
+                _core.load_cuda_runtime()  # its module loader reads the device code; raises naming what is missing
 
             loaded = {}
 

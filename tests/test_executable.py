@@ -20,9 +20,11 @@ import sys
 
 import numpy as np
 import pytest
+import tvm
+from test_compile import mlp
 
 import shapefn
-from conftest import DEVICES, device_target
+from conftest import DEVICES, device_target, opencl
 from shapefn import ExecutableFormatError, Param, ProgramBuilder, _core, kernels
 
 # File header: magic[8], version u32, payload size u64, checksum u64.
@@ -200,6 +202,7 @@ def layout(blob: bytes):
             r.skip(8 * r.take("I"))  # output ranks
     for _ in range(r.take("I")):
         r.string()  # host CPU feature
+    r.string()  # device code
     constants = []
     for _ in range(r.take("I")):
         r.skip(4 + 4)  # dtype, device
@@ -442,7 +445,8 @@ def check_corrupt_records(blob, cases, blobs, records, text):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_bit_flips_with_recomputed_checksum_never_crash(program, blob, programs, device, tmp_path):
+def test_bit_flips_with_recomputed_checksum_never_crash(program, programs, device, tmp_path):
+    blob = programs(device)[0]._core.serialize()  # records the device its kernels run on
     cases = flip_cases(blob)
     blobs = [with_header(flip(blob, offset, bit)) for offset, bit in cases]
     records = run_corrupt(tmp_path, str(programs(device)[1]) + ".kernels.so", blobs, device)
@@ -452,9 +456,10 @@ def test_bit_flips_with_recomputed_checksum_never_crash(program, blob, programs,
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_opcode_bit_flips_never_crash_or_hang(program, blob, programs, device, tmp_path):
+def test_opcode_bit_flips_never_crash_or_hang(program, programs, device, tmp_path):
     # Every single-bit change of every opcode (they fit in 5 bits) with a valid
     # checksum: each new instruction sequence is rejected, fails cleanly, or runs.
+    blob = programs(device)[0]._core.serialize()
     cases = []
     for _, code_offset, words in layout(blob)[1]:
         for pc in instruction_starts(words):
@@ -481,9 +486,9 @@ def constant(dtype="float32", shape=(4,), device=1, data=None):
     return {"dtype": dtype, "shape": list(shape), "device": device, "data": data}
 
 
-def from_parts(functions, constants=(), kernel_names=(), shape_funcs=()):
+def from_parts(functions, constants=(), kernel_names=(), shape_funcs=(), device_code=""):
     return _core.Executable.from_parts(list(functions), list(constants), list(kernel_names),
-                                       list(shape_funcs), "")
+                                       list(shape_funcs), "", device_code=device_code)
 
 
 def test_minimal_program_is_accepted():
@@ -561,6 +566,7 @@ REJECTIONS = {
                                        "parameter 'x' has an invalid device"),
     "empty kernel name": (program_with(kernel_names=[""]), "kernel name is empty or not UTF-8"),
     "empty shape function name": (program_with(shape_funcs=[""]), "shape function name is empty or not UTF-8"),
+    "unknown device code": (program_with(device_code="tpu"), "unknown device code 'tpu'"),
 }
 
 
@@ -593,7 +599,7 @@ def test_invalid_dtype_in_the_file_is_rejected(field, message):
 # ---------------------------------------------------------------------------
 # 5. Format version.
 
-@pytest.mark.parametrize("version", [1, 2, 3, 5, 0xFFFFFFFF])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 6, 0xFFFFFFFF])
 def test_other_format_version_is_rejected(blob, version):
     patched = with_header(blob, version=version)
     assert stored_checksum(patched) == stored_checksum(blob)
@@ -639,3 +645,37 @@ def test_kernel_library_must_be_a_file_name_beside_the_executable(blob):
         core.kernel_library = bad
         with pytest.raises(ExecutableFormatError, match="file name beside"):
             _core.Executable.deserialize(core.serialize())
+
+
+# ---------------------------------------------------------------------------
+# 7. What the kernels run on.
+
+@pytest.mark.parametrize("device, code", [("sim", "cpu"), ("host", "cpu"), ("cuda", "cuda"),
+                                          pytest.param("opencl", "opencl", marks=opencl)])
+def test_a_compile_records_what_its_kernels_run_on_and_a_save_keeps_it(device, code, tmp_path):
+    exe = shapefn.compile(mlp(tvm.tirx.Var("n", "int64")), device)
+    assert exe.device_code == code
+    exe.save(tmp_path / "m.sfx")
+    assert _core.Executable.load(str(tmp_path / "m.sfx")).device_code == code
+
+
+def test_a_program_built_by_hand_without_a_library_runs_anywhere():
+    exe = shapefn.Executable(from_parts([function([OP["ret"], 0])]))
+    assert exe.device_code == ""
+    x = np.ones(4, np.float32)
+    for device in ("host", "sim", "cpu"):
+        np.testing.assert_array_equal(shapefn.VirtualMachine(exe, device)(x).numpy(), x)
+
+
+@pytest.mark.parametrize("code, device, message", [
+    ("cuda", "sim", "compiled for 'cuda' and cannot run on device 'sim', which runs code for the CPU"),
+    ("opencl", "host", "compiled for 'opencl' and cannot run on device 'host'"),
+    ("cpu", "cpu", None),  # TVM's CPU device runs CPU code
+])
+def test_a_vm_refuses_a_device_its_kernels_do_not_run_on(code, device, message):
+    exe = shapefn.Executable(from_parts([function([OP["ret"], 0])], device_code=code))
+    if message is None:
+        shapefn.VirtualMachine(exe, device)
+        return
+    with pytest.raises(ValueError, match=re.escape(message)):
+        shapefn.VirtualMachine(exe, device)

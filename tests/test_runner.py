@@ -309,7 +309,8 @@ def test_runner_loads_no_python(runner, saved_for, tmp_path, device):
     ([], "no executable given"),
     (["m.sfx", "--output-dir", "out"], "--device is required"),
     (["m.sfx", "--device", "sim"], "--output-dir is required"),
-    (["m.sfx", "--device", "gpu", "--output-dir", "out"], "--device must be 'sim', 'host' or 'opencl[:N]', got 'gpu'"),
+    (["m.sfx", "--device", "gpu", "--output-dir", "out"], "--device must be 'sim', 'host' or KIND[:N]"),
+    (["m.sfx", "--device", "cuda:x", "--output-dir", "out"], "got 'cuda:x'"),
     (["m.sfx", "--device", "sim", "--output-dir", "out", "--repeat", "0"], "--repeat takes a positive integer"),
     (["m.sfx", "--device", "sim", "--output-dir", "out", "--repeat", "3x"], "--repeat takes a positive integer"),
     (["m.sfx", "--device", "sim", "--output-dir", "out", "--input"], "--input needs a value"),
@@ -347,6 +348,42 @@ def test_missing_and_corrupt_executables(runner, saved_models, tmp_path):
     shutil.copy(saved_models["mlp"], tmp_path / "alone.sfx")  # without its kernel library
     message = failure(runner, ["alone.sfx", *common], tmp_path)
     assert "kernel library" in message and "mlp.sfx.kernels.so" in message and "is missing" in message
+
+
+@pytest.fixture(scope="module")
+def saved_cuda_slice(tmp_path_factory):
+    """The dynamic-slice model compiled for cuda (no GPU needed to compile)."""
+    path = tmp_path_factory.mktemp("models-cuda") / "slice.sfx"
+    shapefn.compile(DynamicSlice, "cuda").save(path)
+    return path
+
+
+@pytest.mark.parametrize("compiled_for, device, names", [
+    ("opencl", "sim", ["compiled for 'opencl'", "device 'sim'", "code for the CPU"]),
+    ("cuda", "host", ["compiled for 'cuda'", "device 'host'", "code for the CPU"]),
+    ("cuda", "opencl", ["compiled for 'cuda'", "device 'opencl'", "code for 'opencl'"]),
+    ("sim", "cuda:1", ["compiled for the CPU", "device 'cuda:1'", "code for 'cuda'"]),
+])
+def test_a_device_other_than_the_build_is_refused_naming_both(runner, saved_for, saved_cuda_slice, tmp_path,
+                                                              compiled_for, device, names):
+    exe = saved_cuda_slice if compiled_for == "cuda" else saved_for(compiled_for)["slice"]
+    args = [exe, "--device", device, "--output-dir", "out"]
+    for name in save_inputs(tmp_path, [np.ones((3, 4), np.float32), np.zeros(2, np.int64)]):
+        args += ["--input", name]
+    message = failure(runner, args, tmp_path)
+    assert all(name in message for name in names), message
+    # Refused before the device was opened: no driver is asked for.
+    assert "libcuda" not in message and not (tmp_path / "out").exists()
+
+
+def test_cuda_without_a_driver_names_the_driver(runner, saved_cuda_slice, tmp_path):
+    if tvm.cuda().exist:
+        pytest.skip("this machine has a CUDA GPU: the missing-driver error cannot occur")
+    args = [saved_cuda_slice, "--device", "cuda", "--output-dir", "out"]
+    for name in save_inputs(tmp_path, [np.ones((3, 4), np.float32), np.zeros(2, np.int64)]):
+        args += ["--input", name]
+    message = failure(runner, args, tmp_path)
+    assert "no NVIDIA driver (libcuda.so.1" in message and "Install the NVIDIA driver" in message
 
 
 @pytest.mark.parametrize("arrays, message", [

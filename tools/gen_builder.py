@@ -188,7 +188,8 @@ class ProgramBuilder:
     def carry_shape_func(self, op_name: str, mask: Sequence[bool], signature: str, kernel: str,
                          out_ndims: Sequence[int]) -> None: ...
     def build(self, library: Any = None, kernels: Mapping[str, Any] | None = None, *, library_path: Any = None,
-              default_dependence: str = "per-input", host_cpu_features: Sequence[str] = ()) -> Executable: ...
+              default_dependence: str = "per-input", host_cpu_features: Sequence[str] = (),
+              device_code: str | None = None) -> Executable: ...
 """
 
 

@@ -30,7 +30,9 @@ std::shared_ptr<Device> MakeDevice(const std::string& name) {
     static std::shared_ptr<Device> sim = MakeSimDevice(SimConfig{});
     return sim;
   }
-  if (ParseDeviceName(name).kind == "opencl") return MakeOpenCLDevice(name);
+  const std::string kind = ParseDeviceName(name).kind;
+  if (kind == "opencl") return MakeOpenCLDevice(name);
+  if (kind == "cuda") LoadCudaRuntime();
   return MakeTvmDevice(name);
 }
 

@@ -30,6 +30,7 @@ void RegisterDevices(py::module_& m) {
       .def("__repr__", [](const Device& d) { return "<shapefn.Device " + d.name() + ">"; });
 
   m.def("make_device", &MakeDevice, "The device a name gives (shapefn::MakeDevice).");
+  m.def("load_cuda_runtime", &LoadCudaRuntime, "Loads TVM's CUDA runtime (shapefn::LoadCudaRuntime).");
   m.def(
       "parse_device_name",
       [](const std::string& name) {

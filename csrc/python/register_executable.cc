@@ -52,13 +52,15 @@ std::shared_ptr<Executable> FromParts(const py::list& functions, const py::list&
                                       const std::vector<std::string>& kernels,
                                       const std::vector<std::string>& shape_funcs, const std::string& kernel_library,
                                       const py::list& carried_shape_funcs,
-                                      const std::vector<std::string>& host_cpu_features) {
+                                      const std::vector<std::string>& host_cpu_features,
+                                      const std::string& device_code) {
   ExecutableParts parts;
   parts.kernels = kernels;
   parts.shape_funcs = shape_funcs;
   for (py::handle c : carried_shape_funcs) parts.carried_shape_funcs.push_back(CarriedFromPython(c));
   parts.kernel_library = kernel_library;
   parts.host_cpu_features = host_cpu_features;
+  parts.device_code = device_code;
   for (py::handle c : constants) {
     py::dict d = c.cast<py::dict>();
     ConstantDef def;
@@ -141,7 +143,7 @@ void RegisterExecutable(py::module_& m) {
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
       .def_static("from_parts", &FromParts, py::arg("functions"), py::arg("constants"), py::arg("kernels"),
                   py::arg("shape_funcs"), py::arg("kernel_library"), py::arg("carried_shape_funcs") = py::list(),
-                  py::arg("host_cpu_features") = std::vector<std::string>{})
+                  py::arg("host_cpu_features") = std::vector<std::string>{}, py::arg("device_code") = "")
       .def_static("load", &Executable::Load)
       .def_static("deserialize",
                   [](const py::bytes& b) {
@@ -176,6 +178,7 @@ void RegisterExecutable(py::module_& m) {
                                return out;
                              })
       .def_property_readonly("host_cpu_features", [](const Executable& e) { return e.host_cpu_features(); })
+      .def_property_readonly("device_code", [](const Executable& e) { return e.device_code(); })
       .def_property_readonly("shape_funcs", [](const Executable& e) { return e.shape_funcs(); })
       .def_property_readonly("carried_shape_funcs",
                              [](const Executable& e) {

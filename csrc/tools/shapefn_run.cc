@@ -21,14 +21,19 @@ constexpr int kExitFailure = 1;  // the program could not be loaded or run
 constexpr int kExitUsage = 2;    // the command line is wrong
 
 constexpr const char* kUsage =
-    "usage: shapefn-run EXE --device sim|host|opencl[:N] --input A.npy [--input B.npy ...] --output-dir DIR\n"
+    "usage: shapefn-run EXE --device DEVICE --input A.npy [--input B.npy ...] --output-dir DIR\n"
     "                   [--repeat N] [--function NAME] [--dependence per-input|per-op]\n"
     "\n"
     "Runs function NAME (default main) of the saved executable EXE (and the kernel\n"
     "library saved beside it) on the inputs, in order, N times (default 1). Writes the\n"
     "outputs of the last call to DIR/out0.npy, DIR/out1.npy, ... (a tuple result\n"
     "flattened depth-first; a shape as int64 [ndim], an int as an int64 scalar) and\n"
-    "prints the counters of all calls as JSON.\n";
+    "prints the counters of all calls as JSON.\n"
+    "\n"
+    "DEVICE is sim, host, or KIND[:N] with KIND one of opencl, cuda, rocm, vulkan, metal\n"
+    "(the Nth such device, default 0); it must be a device of the kind EXE was compiled\n"
+    "for. cuda loads TVM's CUDA runtime (libtvm_runtime_cuda.so, beside libtvm_runtime.so),\n"
+    "which needs the NVIDIA driver and the CUDA 13 runtime (libcudart.so.13).\n";
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -43,6 +48,22 @@ struct Options {
   std::string function = "main";
   shapefn::Dependence dependence = shapefn::Dependence::kPerInput;
 };
+
+constexpr const char* kDeviceKinds = "opencl, cuda, rocm, vulkan, metal";
+
+bool IsDeviceName(const std::string& name) {
+  if (name == "sim" || name == "host") return true;
+  shapefn::DeviceName parsed;
+  try {
+    parsed = shapefn::ParseDeviceName(name);
+  } catch (const shapefn::Error&) {
+    return false;
+  }
+  for (const char* kind : {"opencl", "cuda", "rocm", "vulkan", "metal"}) {
+    if (parsed.kind == kind) return true;
+  }
+  return false;
+}
 
 int64_t ParseRepeat(const std::string& text) {
   size_t used = 0;
@@ -80,8 +101,9 @@ Options ParseArgs(int argc, char** argv) {
     };
     if (arg == "--device") {
       o.device = next();
-      if (o.device != "sim" && o.device != "host" && !shapefn::IsOpenCLSpec(o.device)) {
-        throw UsageError("--device must be 'sim', 'host' or 'opencl[:N]', got '" + o.device + "'");
+      if (!IsDeviceName(o.device)) {
+        throw UsageError("--device must be 'sim', 'host' or KIND[:N] with KIND one of " + std::string(kDeviceKinds) +
+                         ", got '" + o.device + "'");
       }
       have_device = true;
     } else if (arg == "--input") {
@@ -191,7 +213,16 @@ void WriteOutputs(const shapefn::Value& value, const std::filesystem::path& dir,
 }
 
 int Run(const Options& o) {
-  shapefn::Program program = shapefn::LoadProgram(o.executable);
+  std::error_code not_a_file;
+  if (std::filesystem::is_directory(o.executable, not_a_file)) {
+    shapefn::Fail(shapefn::ErrorKind::kValue, "executable '" + o.executable + "' is a directory");
+  }
+  // The executable says what it runs on: a mismatch is refused before the
+  // device (for CUDA, its runtime) is opened or any kernel is loaded.
+  std::shared_ptr<const shapefn::Executable> exe = shapefn::Executable::Load(o.executable);
+  shapefn::RequireDeviceCode(*exe, shapefn::DeviceCodeOfName(o.device), o.device);
+  std::shared_ptr<shapefn::Device> device = shapefn::MakeDevice(o.device);
+  shapefn::Program program = shapefn::LoadProgram(exe, o.executable);
   std::vector<std::string> missing = shapefn::MissingShapeFuncs(*program.executable);
   if (!missing.empty()) {
     std::string names;
@@ -221,7 +252,7 @@ int Run(const Options& o) {
 
   shapefn::VMOptions options;
   options.dependence = o.dependence;
-  shapefn::VirtualMachine vm(program.executable, shapefn::MakeDevice(o.device), options, program.kernels);
+  shapefn::VirtualMachine vm(program.executable, device, options, program.kernels);
 
   shapefn::Value result;
   auto start = std::chrono::steady_clock::now();

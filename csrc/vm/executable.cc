@@ -132,6 +132,7 @@ std::vector<uint8_t> Executable::Serialize() const {
   }
   w.Pod<uint32_t>(static_cast<uint32_t>(p.host_cpu_features.size()));
   for (const auto& f : p.host_cpu_features) w.Str(f);
+  w.Str(p.device_code);
   w.Pod<uint32_t>(static_cast<uint32_t>(constants.size()));
   for (const auto& c : constants) {
     w.DType(c.dtype);
@@ -221,6 +222,7 @@ std::shared_ptr<Executable> Executable::Deserialize(const uint8_t* data, size_t 
   }
   n = r.Count("host CPU features", 4);
   for (uint64_t i = 0; i < n; ++i) parts.host_cpu_features.push_back(r.Str("host CPU feature"));
+  parts.device_code = r.Str("device code");
   n = r.Count("constants", 20);
   for (uint64_t i = 0; i < n; ++i) {
     ConstantDef c;

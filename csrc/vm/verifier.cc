@@ -228,6 +228,10 @@ void VerifyExecutable(const Executable& exe) {
   for (const auto& k : kernels) CheckName(k, "kernel");
   for (const auto& s : shape_funcs) CheckName(s, "shape function");
   for (const auto& f : exe.host_cpu_features()) CheckName(f, "host CPU feature");
+  if (!IsDeviceCode(exe.device_code())) {
+    Fail(ErrorKind::kFormat, "invalid executable: unknown device code '" + exe.device_code() +
+                                 "' (expected cpu, cuda, opencl, vulkan, metal, rocm or ext_dev)");
+  }
   // The kernel library is a file beside the executable, never a path.
   if (!kernel_library.empty() && (!ValidUtf8(kernel_library) || kernel_library.find('/') != std::string::npos ||
                                   kernel_library == "." || kernel_library == "..")) {

@@ -72,6 +72,7 @@ ShapeFuncEntryPtr CarriedEntry(const std::string& op, const CarriedShapeFunc& ca
 VirtualMachine::Impl::Impl(std::shared_ptr<const Executable> exe, std::shared_ptr<Device> device, VMOptions options,
                            const std::map<std::string, tvm::ffi::Function>& kernels)
     : exe_(std::move(exe)), options_(options) {
+  RequireDeviceCode(*exe_, DeviceCodeOf(device->kernel_device()), device->name());
   RequireCpuFeatures(exe_->host_cpu_features());
   devices_[kHostSlot] = HostDevice();
   devices_[kExecutionSlot] = device;

@@ -84,7 +84,8 @@ def compile(mod: tvm.IRModule, device: str = "sim", *, target=None,  # noqa: A00
         with report.phase("building kernels"):
             library, library_path = build_kernels(scheduled, tvm_target, report)  # through the kernel cache
         return generated.program.build(library=library, library_path=library_path, default_dependence=dependence,
-                                       host_cpu_features=target_schedule.host_cpu_features(tvm_target))
+                                       host_cpu_features=target_schedule.host_cpu_features(tvm_target),
+                                       device_code=target_schedule.device_code(tvm_target) if library else "")
 
 
 def schedule_kernels(mod: tvm.IRModule, generated: codegen.GeneratedProgram,

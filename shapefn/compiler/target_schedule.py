@@ -86,6 +86,12 @@ def is_gpu(target: tvm.target.Target) -> bool:
     return target.kind.name in GPU_KINDS
 
 
+def device_code(target: tvm.target.Target) -> str:
+    """What the kernels of a build for ``target`` run on, as executables
+    record it: "cpu" (the host and sim devices) or the GPU kind ("cuda", ...)."""
+    return target.kind.name if is_gpu(target) else "cpu"
+
+
 HOST_CPU_ENV = "SHAPEFN_HOST_CPU"
 
 

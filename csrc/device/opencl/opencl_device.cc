@@ -55,8 +55,6 @@ int ParseIndex(const std::string& spec) {
 
 std::string OpenCLDeviceName(int index) { return "opencl:" + std::to_string(index); }
 
-bool IsOpenCLSpec(const std::string& spec) { return spec.substr(0, spec.find(':')) == "opencl"; }
-
 std::vector<OpenCLDeviceInfo> OpenCLDevices() {
   opencl::Runtime& rt = opencl::Runtime::Global();
   std::vector<OpenCLDeviceInfo> out;

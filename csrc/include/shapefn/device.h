@@ -99,6 +99,12 @@ std::shared_ptr<Device> MakeDevice(const std::string& name);
 std::shared_ptr<Device> MakeTvmDevice(const std::string& spec);
 // Whether TVM reports the device as present (false when its runtime is missing).
 bool TvmDeviceExists(const std::string& spec);
+// Loads TVM's CUDA runtime (libtvm_runtime_cuda.so, beside libtvm_runtime.so)
+// unless `device_api.cuda` is registered already; MakeDevice calls it for
+// "cuda" names. Throws Error(kRuntime) naming what is missing: the NVIDIA
+// driver (libcuda.so.1), the CUDA 13 runtime (libcudart.so.13) or TVM's CUDA
+// runtime.
+void LoadCudaRuntime();
 
 // For tests of strict mode: reads one byte at `ptr` from the host.
 uint8_t ReadByteFromHost(const void* ptr);

@@ -80,6 +80,10 @@ struct ExecutableParts {
   // The CPU features (LLVM's names) the library's host code may use: a VM
   // refuses to run the executable on a CPU that lacks one.
   std::vector<std::string> host_cpu_features;
+  // What the library's kernels were compiled for: "cpu" (CPU code, which the
+  // host and the sim device run), "cuda", "opencl", ...; "" when nobody said
+  // (a program built by hand), which no device refuses.
+  std::string device_code;
 };
 
 // A verified executable: constructing one checks every table and every
@@ -87,7 +91,7 @@ struct ExecutableParts {
 // name of its kernel library (checked again when a saved file is loaded).
 class Executable {
  public:
-  static constexpr uint32_t kFormatVersion = 4;
+  static constexpr uint32_t kFormatVersion = 5;
 
   // Throws Error(kFormat) naming the first problem.
   explicit Executable(ExecutableParts parts);
@@ -105,6 +109,7 @@ class Executable {
   const CarriedShapeFunc* CarriedShapeFuncOf(size_t index) const;
   const std::string& kernel_library() const { return parts_.kernel_library; }
   const std::vector<std::string>& host_cpu_features() const { return parts_.host_cpu_features; }
+  const std::string& device_code() const { return parts_.device_code; }
   void set_kernel_library(std::string name) { parts_.kernel_library = std::move(name); }
 
   int FunctionIndex(const std::string& name) const;  // throws Error(kKey)
@@ -119,5 +124,18 @@ class Executable {
  private:
   ExecutableParts parts_;
 };
+
+// Whether `kind` is a device_code value an executable may hold.
+bool IsDeviceCode(const std::string& kind);
+// The device code a device runs: "cpu" for the host and sim (kernels see
+// their memory as CPU memory), else the TVM kind of `kernel_device`.
+std::string DeviceCodeOf(DLDevice kernel_device);
+// Throws Error(kValue), naming both, when `exe`'s kernels were compiled for
+// another kind of device than `device_code` (DeviceCodeOf the device, or of
+// a device name: DeviceCodeOfName).
+void RequireDeviceCode(const Executable& exe, const std::string& device_code, const std::string& device_name);
+// The device code the device named `name` ("host", "sim", "opencl:1",
+// "cuda", ...) runs, known without making the device.
+std::string DeviceCodeOfName(const std::string& name);
 
 }  // namespace shapefn

@@ -39,8 +39,6 @@ std::string OpenCLUnavailableReason();
 std::shared_ptr<Device> MakeOpenCLDevice(const std::string& spec);
 // "opencl:<index>": the name of OpenCL device `index`.
 std::string OpenCLDeviceName(int index);
-// True for "opencl" and "opencl:<anything>".
-bool IsOpenCLSpec(const std::string& spec);
 OpenCLDeviceCounts OpenCLCounts(int index);
 void ResetOpenCLCounts(int index);
 

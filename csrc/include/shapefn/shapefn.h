@@ -12,6 +12,9 @@
 //   shapefn::Program program = shapefn::LoadProgram("model.sfx");  // + model.sfx.kernels.so
 //   shapefn::VirtualMachine vm(program.executable, shapefn::MakeDevice("sim"), {}, program.kernels);
 //
+// MakeDevice("cuda") loads TVM's CUDA runtime itself (device.h); a VM refuses
+// a device other than the one its executable was compiled for (executable.h).
+//
 //   std::vector<float> x(4 * 1024, 1.0f);                // host memory the caller owns
 //   int64_t x_shape[] = {4, 1024};
 //   DLTensor arg{x.data(), {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, x_shape, nullptr, 0};
@@ -60,24 +63,29 @@ struct Program {
   tvm::ffi::Optional<tvm::ffi::Module> kernel_library;
 };
 
-// Reads and verifies the executable at `path` and loads its kernel library
-// (the file the executable names, beside it). Throws Error(kFormat) for a
-// malformed executable, Error(kValue) when the executable is missing,
-// Error(kNotFound) when its library is, and Error(kRuntime) when the
-// library cannot be loaded (kernel_library.h).
-inline Program LoadProgram(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) Fail(ErrorKind::kValue, "executable '" + path + "' is a directory");
+// The program of an executable already read from `path`: loads its kernel
+// library (the file it names, beside it). A CUDA build loads TVM's CUDA
+// runtime first (LoadCudaRuntime), whose module loader reads its device code.
+// Throws Error(kNotFound) when the library is missing and Error(kRuntime)
+// when it cannot be loaded (kernel_library.h).
+inline Program LoadProgram(std::shared_ptr<const Executable> exe, const std::string& path) {
   Program program;
-  std::shared_ptr<Executable> exe = Executable::Load(path);
   program.executable = exe;
   if (exe->kernel_library().empty()) return program;
-
+  if (exe->device_code() == "cuda") LoadCudaRuntime();
   KernelLibrary library = LoadKernelLibrary(path, exe->kernel_library(), exe->kernels());
   program.kernels = std::move(library.kernels);
   program.kernel_library = library.module;
   return program;
+}
+
+// Reads and verifies the executable at `path` and loads its kernel library.
+// Throws Error(kFormat) for a malformed executable and Error(kValue) when
+// the executable is missing, besides the errors of the overload above.
+inline Program LoadProgram(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) Fail(ErrorKind::kValue, "executable '" + path + "' is a directory");
+  return LoadProgram(Executable::Load(path), path);
 }
 
 // The shape functions `exe` calls that it does not carry and this process
