@@ -4,6 +4,7 @@ manage the kernel cache.
     shapefn compile MODEL.onnx -o MODEL.sfx [--device host] [--shape NAME=1x3x320x320 ...]
     shapefn run MODEL.onnx|MODEL.sfx --input x.npy ... [--device host] [--output-dir DIR] [--repeat N]
     shapefn profile MODEL.onnx|MODEL.sfx --input x.npy ... [--trace trace.json]
+    shapefn bundle MODEL.sfx DIR
     shapefn devices
     shapefn cache info | prune [--max-size 2G] [--older-than 30d] | clear
 
@@ -86,6 +87,13 @@ def _parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("--trace", help="write a Chrome/Perfetto trace here")
             p.set_defaults(handler=_profile)
+
+    p = commands.add_parser("bundle", parents=[common],
+                            help="copy an executable with the runner and runtime libraries into a folder "
+                                 "that runs it without Python")
+    p.add_argument("executable", help="a saved executable (.sfx; its kernel library beside it)")
+    p.add_argument("directory", help="the folder to write (new or empty)")
+    p.set_defaults(handler=_bundle)
 
     p = commands.add_parser("devices", parents=[common], help="list the devices shapefn can run on")
     p.set_defaults(handler=_devices)
@@ -238,6 +246,16 @@ def _profile(args) -> None:
     if args.trace:
         report.to_chrome_trace(args.trace)
         print(f"trace: {args.trace} (open it in https://ui.perfetto.dev)")
+
+
+def _bundle(args) -> None:
+    from .bundle import bundle
+
+    _existing(args.executable, "executable")
+    target = Path(args.directory)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise UsageError(f"{target} exists and is not an empty folder")
+    print(bundle(args.executable, target))
 
 
 _DEVICE_DETAILS = ("device", "platform", "compute_units", "global_mem_bytes")

@@ -34,6 +34,10 @@ EXIT_USAGE = 2
 
 @pytest.fixture(scope="module")
 def runner() -> Path:
+    return installed_runner()
+
+
+def installed_runner() -> Path:
     """The installed shapefn-run: in this interpreter's scripts directory,
     where pip puts it, else on the PATH."""
     candidate = Path(sysconfig.get_path("scripts")) / "shapefn-run"
