@@ -192,6 +192,9 @@ def _outputs(result) -> list:
 
 def _compile(args) -> None:
     model = _existing(args.model, "model")
+    folder = Path(args.output).parent
+    if not folder.is_dir():  # said before the compile, not after it
+        raise UsageError(f"the folder {str(folder)!r} of --output does not exist")
     start = time.perf_counter()
     exe = _compiled(args, model)
     seconds = time.perf_counter() - start

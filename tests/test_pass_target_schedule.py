@@ -24,7 +24,7 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 
 import shapefn
-from conftest import ProfilingExample, opencl, relax_main, sym
+from conftest import ProfilingExample, opencl, relax_main, run_on_devices, sym
 from shapefn import kernels, ops
 from shapefn.compiler import codegen, cpu_schedule, placement, schedule, target_schedule
 from shapefn.compiler.compile import lower
@@ -413,3 +413,52 @@ def test_hand_built_kernels_are_scheduled_for_their_target():
     (device,) = library.imports
     assert device.kind == "opencl" and launched(device.inspect_source(), "scale")
     assert not kernels.build({"scale": kernels.scale()}).imports
+
+
+# ------------------------------------------------------------ reductions of every element
+FULL_REDUCTIONS = {"max": (relax.op.max, np.max), "min": (relax.op.min, np.min), "sum": (relax.op.sum, np.sum)}
+
+
+def full_reduction(op, rank):
+    """``op`` of every element of a tensor of ``rank`` symbolic dimensions, added to it."""
+    dims = [sym(f"d{i}") for i in range(rank)]
+    return relax_main([("x", dims, "float32")], lambda bb, x: relax.op.add(x, bb.emit(op(x))))
+
+
+def test_a_reduction_of_every_element_is_one_parallel_launch():
+    """x.max() (torchvision's batched NMS) got GeneralReduction's schedule: a
+    host loop launching one GPU thread per element."""
+    target = tvm.target.Target("cuda", host="llvm")
+    mod = lower(lower_dynamic_ops(full_reduction(relax.op.max, 2), gpu=True), target)
+    scheduled = target_schedule.schedule({"max": mod["max"]}, target)
+    assert scheduled.single_thread == ()
+    assert target_schedule._host_work(scheduled.module["max"]) == []
+    source = tvm.tirx.build(scheduled.module, target).imports[0].inspect_source()
+    assert re.findall(r"\bmax_kernel\w*", source) == ["max_kernel"] * len(re.findall(r"\bmax_kernel\w*", source))
+    assert "threadIdx.x" in source
+
+
+@pytest.mark.parametrize("name", sorted(FULL_REDUCTIONS))
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_reductions_of_every_element_match_numpy_on_opencl(name, rank, rng):
+    op, reference = FULL_REDUCTIONS[name]
+    shapes = {1: [(1,), (255,), (257,), (70_001,)], 2: [(300, 4), (1, 1), (513, 3)], 3: [(2, 3, 5), (40, 40, 41)]}
+    calls = [[rng.standard_normal(shape).astype(np.float32)] for shape in shapes[rank]]
+    results = run_on_devices(full_reduction(op, rank), calls)
+    for (x,), (got, _) in zip(calls, results["opencl"]):
+        np.testing.assert_allclose(got, x + np.float32(reference(x.astype(np.float64))), rtol=1e-5, atol=1e-4)
+
+
+def test_a_host_loop_around_a_launch_is_refused():
+    @T.prim_func
+    def launch_per_element(a: T.handle, b: T.handle):
+        n = T.int64()
+        A = T.match_buffer(a, (n,), "float32")
+        B = T.match_buffer(b, (n,), "float32")
+        for i in range(n):
+            for _t in T.thread_binding(1, thread="threadIdx.x"):
+                B[i] = A[i] * T.float32(2)
+
+    message = "kernel 'twice' cannot run on the cuda device: it launches GPU threads inside a host loop"
+    with pytest.raises(target_schedule.KernelPlacementError, match=message):
+        target_schedule.schedule({"twice": launch_per_element}, tvm.target.Target("cuda", host="llvm"))

@@ -19,9 +19,13 @@ that never happens.
   A kernel placed on the host (shape arithmetic on host values) is built for
   the host target, with the CPU schedule, in the same library; a GPU form
   names its CPU form for that (``host_form``).
+  Reductions of every element to one value get shapefn's own rule
+  (``_FullReduction``): one thread block folding the elements, its threads
+  combined by TVM's cross-thread reduction.
 * Every device kernel is then checked: a buffer access to memory that is
-  not thread-local outside any GPU thread, or a call of a packed function
-  (host code), raises ``KernelPlacementError`` naming the kernel.
+  not thread-local outside any GPU thread, a host loop around a launch (a
+  launch per iteration), or a call of a packed function (host code), raises
+  ``KernelPlacementError`` naming the kernel.
 """
 from __future__ import annotations
 
@@ -45,7 +49,7 @@ from .kernels import gpu as gpu_kernels
 GPU_KINDS = frozenset({"cuda", "rocm", "opencl", "vulkan", "metal"})
 # Part of every GPU build's kernel keys: a change to the rules, the
 # single-thread form or the check here rebuilds GPU libraries.
-GPU_VERSION = "dlight-default-1"
+GPU_VERSION = "dlight-default-2"
 
 # The attribute of a GPU kernel form naming its CPU form (``kernel_form``):
 # ["module:generator", *arguments].
@@ -212,8 +216,10 @@ def _dlight(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.PrimFunc | N
     passes it on to the next instead of failing the compile."""
     if not isinstance(func.body, s_tir.SBlockRealize):
         return None  # the rules need blocks
-    rules = (dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(),
-             dlight.gpu.Fallback())
+    # (_FullReduction first: GeneralReduction takes full reductions too, and
+    # launches a one-thread kernel per element from a host loop.)
+    rules = (_FullReduction(), dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(),
+             dlight.gpu.GeneralReduction(), dlight.gpu.Fallback())
     with target:
         for rule in rules:
             try:
@@ -225,6 +231,44 @@ def _dlight(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.PrimFunc | N
             sch = space[0] if isinstance(space, list) else space
             return sch.mod["main"].with_attr("tirx.is_scheduled", True)
     return None
+
+
+class _FullReduction:
+    """Reductions of every element to one value (``x.max()``), which no
+    dlight rule schedules well: GeneralReduction and Fallback put a unit
+    thread loop inside the reduction loops, so the host would launch one
+    thread per element. Here
+    the reduction runs in one thread block: each of ``THREADS`` threads folds
+    a strided part of the elements, then the threads combine their values
+    (TVM lowers a reduction over a thread-bound loop to a cross-thread
+    all-reduce); blocks after it that compute a scalar from the result (no
+    loops) run in the same launch."""
+
+    THREADS = 256
+
+    def apply(self, func: tirx.PrimFunc, target: tvm.target.Target, tunable: bool):
+        sch = s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(sch.get_sblock(func.body.block.name_hint))
+        if not blocks or not _reduces_everything(sch, blocks[0]) or any(sch.get_loops(b) for b in blocks[1:]):
+            return None
+        reduction = blocks[0]
+        steps, lane = sch.split(sch.fuse(*sch.get_loops(reduction)), [None, self.THREADS])
+        sch.reorder(lane, steps)
+        launch = sch.add_unit_loop(lane)
+        sch.bind(launch, "blockIdx.x")
+        sch.bind(lane, "threadIdx.x")
+        sch.set_scope(reduction, 0, "local")
+        for block in reversed(blocks[1:]):
+            sch.reverse_compute_at(block, launch)
+        return sch
+
+
+def _reduces_everything(sch: s_tir.Schedule, block) -> bool:
+    """Whether every iteration variable of ``block`` is a reduction one (it
+    writes a single value) and it has loops to spread over threads."""
+    iter_vars = sch.get(block).iter_vars
+    return bool(iter_vars) and bool(sch.get_loops(block)) and all(
+        v.iter_type == tirx.IterVar.CommReduce for v in iter_vars)
 
 
 def _without_dtype_limits(func: tirx.PrimFunc) -> tirx.PrimFunc:
@@ -294,6 +338,11 @@ def _thread(tag: str, body: tirx.Stmt) -> tirx.Stmt:
 
 def binds_threads(func: tirx.PrimFunc) -> bool:
     """Whether ``func`` launches GPU threads (a GPU kernel as written)."""
+    return _launches(func.body)
+
+
+def _launches(stmt: tirx.Stmt) -> bool:
+    """Whether ``stmt`` launches GPU threads."""
     found = []
 
     def attr(node):
@@ -308,21 +357,27 @@ def binds_threads(func: tirx.PrimFunc) -> bool:
             return tvm_ffi.WalkResult.SKIP
         return None
 
-    tvm_ffi.structural_walk(func.body, [(tirx.AttrStmt, attr), (tirx.For, loop)], order="pre")
+    tvm_ffi.structural_walk(stmt, [(tirx.AttrStmt, attr), (tirx.For, loop)], order="pre")
     return bool(found)
 
 
 def _host_work(func: tirx.PrimFunc) -> list[str]:
-    """What in a device kernel would run on the host and cannot: accesses
-    to memory that is not thread-local outside every GPU thread, and packed
-    calls anywhere."""
+    """What in a device kernel would run on the host and cannot or should
+    not: accesses to memory that is not thread-local outside every GPU
+    thread, loops on the host around a launch (a launch per iteration), and
+    packed calls anywhere."""
     problems = []
 
     def attr(node):
         return tvm_ffi.WalkResult.SKIP if node.attr_key in _THREAD_SCOPES else None
 
     def loop(node):
-        return tvm_ffi.WalkResult.SKIP if node.kind == tirx.ForKind.THREAD_BINDING else None
+        if node.kind == tirx.ForKind.THREAD_BINDING:
+            return tvm_ffi.WalkResult.SKIP
+        if _launches(node.body):
+            problems.append("launches GPU threads inside a host loop (one launch per iteration)")
+            return tvm_ffi.WalkResult.SKIP
+        return None
 
     def load(node):
         if not _is_local(node.source.scope()):
