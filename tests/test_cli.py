@@ -73,6 +73,8 @@ def test_every_command_has_help(args):
     (["cache", "prune"], "needs --max-size or --older-than"),
     (["run", "missing.onnx"], "model 'missing.onnx' does not exist"),
     (["compile", "m.onnx", "-o", "m.sfx", "--shape", "x=3xfour"], "NAME=DIMS"),
+    (["compile", "m.onnx", "-o", "m.sfx", "--device", "cuda", "--cuda-arch", "sm90"], "not a CUDA architecture"),
+    (["compile", "m.onnx", "-o", "m.sfx", "--cuda-arch", "sm_90"], "--cuda-arch applies to --device cuda, not host"),
 ])
 def test_usage_errors_exit_2_naming_the_problem(tmp_path, args, says):
     (tmp_path / "m.onnx").write_bytes(b"")
