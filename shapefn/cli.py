@@ -1,7 +1,7 @@
 """The ``shapefn`` command: compile, run and profile models, list devices,
 manage the kernel cache.
 
-    shapefn compile MODEL.onnx -o MODEL.sfx [--device host] [--shape NAME=1x3x320x320 ...]
+    shapefn compile MODEL.onnx -o MODEL.sfx [--device host] [--shape NAME=1x3x320x320 ...] [--cuda-arch sm_90 ...]
     shapefn run MODEL.onnx|MODEL.sfx --input x.npy ... [--device host] [--output-dir DIR] [--repeat N]
     shapefn profile MODEL.onnx|MODEL.sfx --input x.npy ... [--trace trace.json]
     shapefn bundle MODEL.sfx DIR
@@ -62,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     compiling = argparse.ArgumentParser(add_help=False, parents=[common])
     compiling.add_argument("--quiet", action="store_true",
                            help="no progress on stderr (shown by default when stderr is a terminal)")
+    compiling.add_argument("--cuda-arch", action="append", type=_cuda_arch, metavar="SM",
+                           help="with --device cuda: a GPU architecture to carry machine code for, e.g. sm_90 "
+                                "(repeatable; default sm_80, sm_86, sm_89, sm_90 and this machine's GPU's)")
 
     p = commands.add_parser("compile", parents=[compiling], help="import an ONNX model, compile it, save it")
     p.add_argument("model", help="an ONNX model")
@@ -121,6 +124,12 @@ def _positive(text: str) -> int:
     return value
 
 
+def _cuda_arch(text: str) -> str:
+    if not re.fullmatch(r"sm_\d+[af]?", text):
+        raise argparse.ArgumentTypeError(f"not a CUDA architecture: {text!r} (e.g. sm_90)")
+    return text
+
+
 def _size(text: str) -> int:
     match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?", text.strip(), re.IGNORECASE)
     if not match:
@@ -159,8 +168,9 @@ def _executable(args):
     model = _existing(args.model, "model")
     if model.suffix == ".onnx":
         return _compiled(args, model)
-    if args.shape:
-        raise UsageError("--shape applies to ONNX models only; an executable's shapes were fixed when compiled")
+    for option, given in (("--shape", args.shape), ("--cuda-arch", args.cuda_arch)):
+        if given:
+            raise UsageError(f"{option} applies to ONNX models only: an executable's were fixed when compiled")
     return shapefn.Executable.load(model)
 
 
@@ -169,8 +179,10 @@ def _compiled(args, model: Path):
     with progress unless ``--quiet``."""
     import shapefn
 
+    if args.cuda_arch and not args.device.startswith("cuda"):
+        raise UsageError(f"--cuda-arch applies to --device cuda, not {args.device}")
     return shapefn.compile(shapefn.from_onnx(str(model), _shapes(args.shape)), args.device,
-                           progress=False if args.quiet else "auto")
+                           progress=False if args.quiet else "auto", cuda_archs=args.cuda_arch)
 
 
 def _vm(args, exe):

@@ -22,8 +22,9 @@ alias to its kernel's symbol (``--defsym``), so one object serves every name
 and module. Device code is a module imported by
 the host code, which objects cannot carry: for GPU targets the module is
 compiled whole and only the library is cached. Libraries are keyed by the
-module's names and kernel keys. Entries are written under a temporary name
-and renamed, so concurrent processes see a whole entry or none; an object
+module's names and kernel keys (and, for CUDA, the architectures of its
+fatbin and the nvcc that made it: ``cuda_fatbin.device_code``). Entries
+are written under a temporary name and renamed, so concurrent processes see a whole entry or none; an object
 carries the SHA-256 of its bytes, and a kernel whose entry or object is
 missing or does not match (or a library that does not load) is rebuilt.
 
@@ -43,6 +44,7 @@ import shutil
 import tempfile
 import threading
 import warnings
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +53,7 @@ import tvm
 import tvm_ffi
 from tvm.support import cc
 
-from . import config, cuda_ptx
+from . import config, cuda_fatbin
 from .progress import QUIET, Progress
 
 _DIGEST_BYTES = hashlib.sha256().digest_size
@@ -100,11 +102,14 @@ def _pass_options() -> str:
 
 
 def build(mod: tvm.IRModule, target, schedule_version: str = "",
-          directory: Path | None = None, progress: Progress = QUIET) -> tuple[object, Path]:
+          directory: Path | None = None, progress: Progress = QUIET,
+          cuda_archs: Sequence[str] | None = None) -> tuple[object, Path]:
     """The compiled library of ``mod``'s PrimFuncs for ``target`` and the
     file it lives in; each function is callable by its name in ``mod``.
     ``schedule_version`` is that of the schedules that made the PrimFuncs
     (``target_schedule.schedule``'s), empty for kernels built as written.
+    A CUDA library holds SASS for ``cuda_archs`` (by default the target's
+    or the usual ones: ``cuda_fatbin.architectures``).
 
     When this process has no runtime for the target's device (a GPU build
     on a machine without the GPU runtime), the library is cached for one
@@ -116,12 +121,12 @@ def build(mod: tvm.IRModule, target, schedule_version: str = "",
     with a warning naming why."""
     try:
         directory = Path(directory) if directory is not None else config.cache_dir() / "kernels"
-        return _build(mod, target, schedule_version, directory, progress)
+        return _build(mod, target, schedule_version, directory, progress, cuda_archs)
     except OSError as e:
         if e.errno not in _UNWRITABLE:
             raise
         warnings.warn(f"shapefn: the kernel cache cannot be written ({e}); building without it", stacklevel=2)
-    return _build(mod, target, schedule_version, _private_directory(), progress)
+    return _build(mod, target, schedule_version, _private_directory(), progress, cuda_archs)
 
 
 # Why a cache directory may refuse a write: it is read-only, full, not ours,
@@ -139,11 +144,16 @@ def _private_directory() -> Path:
 
 
 def _build(mod: tvm.IRModule, target, schedule_version: str, directory: Path,
-           progress: Progress) -> tuple[object, Path]:
+           progress: Progress, cuda_archs: Sequence[str] | None) -> tuple[object, Path]:
     target = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
+    cuda = target.kind.name == "cuda"
+    if cuda:
+        cuda_archs = cuda_fatbin.architectures(target, cuda_archs)
     funcs = {gv.name_hint: func for gv, func in mod.functions.items()}
     keys = {name: kernel_key(func, target, schedule_version) for name, func in funcs.items()}
-    library_key = hashlib.sha256("".join(f"{n}\0{keys[n]}\0" for n in sorted(keys)).encode()).hexdigest()
+    device_code = cuda_fatbin.device_code(cuda_archs) if cuda else ""
+    library_key = hashlib.sha256(
+        ("".join(f"{n}\0{keys[n]}\0" for n in sorted(keys)) + device_code).encode()).hexdigest()
     path = directory / "libraries" / f"{library_key}.so"
     library = _load_library(path, funcs)
     if library is not None:
@@ -159,8 +169,8 @@ def _build(mod: tvm.IRModule, target, schedule_version: str, directory: Path,
         with progress.kernels(1, f"{target.kind.name} module of {len(funcs)} kernels built"):
             compiled = _build_whole(funcs, target)
             progress.advance()
-        if target.kind.name == "cuda":
-            compiled = cuda_ptx.with_ptx(compiled, target)
+        if cuda:
+            compiled = cuda_fatbin.with_fatbin(compiled, cuda_archs)
         _write_atomically(path, compiled.export_library)
         if not _loadable(compiled):
             if not all(compiled.implements_function(name, query_imports=True) for name in funcs):

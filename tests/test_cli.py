@@ -75,6 +75,8 @@ def test_every_command_has_help(args):
     (["compile", "m.onnx", "-o", "m.sfx", "--shape", "x=3xfour"], "NAME=DIMS"),
     (["compile", "m.onnx", "-o", "absent/m.sfx"], "the folder 'absent' of --output does not exist"),
     (["bundle", "missing.sfx", "out"], "executable 'missing.sfx' does not exist"),
+    (["compile", "m.onnx", "-o", "m.sfx", "--device", "cuda", "--cuda-arch", "sm90"], "not a CUDA architecture"),
+    (["compile", "m.onnx", "-o", "m.sfx", "--cuda-arch", "sm_90"], "--cuda-arch applies to --device cuda, not host"),
 ])
 def test_usage_errors_exit_2_naming_the_problem(tmp_path, args, says):
     (tmp_path / "m.onnx").write_bytes(b"")

@@ -2,8 +2,8 @@
 
 A float32 feature map (default 64x256x56x56, 205 MB) on the device (``sim``,
 modelled, by default; ``--device opencl`` a real OpenCL device, where copies,
-syncs and wall time are real — on PoCL, CPU times) is sliced 100 times by
-dynamic strided slices. One inference is measured in three configurations,
+syncs and wall time are real — on PoCL, CPU times; ``--device cuda`` an
+NVIDIA GPU) is sliced 100 times by dynamic strided slices. One inference is measured in three configurations,
 in one process:
 
 * ``per_op``: bounds from a device kernel; every input of the data-dependent
@@ -13,16 +13,20 @@ in one process:
 
 ``--cache-flush`` adds ``cold``: the wall seconds of one more call per
 configuration, made after evicting the CPU caches.
+
+Where there is no CUDA GPU, ``--device cuda`` says so on one line (stderr)
+and exits with status 0, measuring nothing.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 from .. import devices
 from ..vm import VirtualMachine
-from . import roi_slicing, timing
+from . import missing_gpu, roi_slicing, timing
 
 
 def _timed_call(vm: VirtualMachine, args) -> float:
@@ -83,9 +87,13 @@ def main(argv=None) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--rois", type=int, default=100)
     parser.add_argument("--fmap", type=int, nargs=4, default=[64, 256, 56, 56], metavar=("N", "C", "H", "W"))
-    parser.add_argument("--device", default="sim", help="sim (modelled, default) or opencl[:N] (a real device)")
+    parser.add_argument("--device", default="sim",
+                        help="sim (modelled, default), opencl[:N] or cuda[:N] (a real device)")
     timing.add_cache_flush_argument(parser)
     args = parser.parse_args(argv)
+    if why := missing_gpu(args.device):
+        print(f"copy_elimination: {why}: nothing measured", file=sys.stderr)
+        return
     results = measure(args.rois, tuple(args.fmap), flush=args.cache_flush, device=args.device)
     if args.json:
         print(json.dumps(results, indent=2))

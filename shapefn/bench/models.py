@@ -20,7 +20,13 @@ onnxruntime's beside them, their ``ratio`` and each repetition's
 CPU as onnxruntime does; ``--device opencl``
 on a real OpenCL device (on PoCL that is the CPU: its times are CPU times,
 not a GPU's), where the first inference also builds the OpenCL programs
-(``first_inference_s``).
+(``first_inference_s``); ``--device cuda`` on an NVIDIA GPU, where each
+torchvision model's call also has PyTorch eager's time on the same GPU
+(``torch_eager_wall_s``, ``torch_eager_first_inference_s``, and
+``torch_eager_ratio``, shapefn's over torch's; ``torch_eager.py``) when
+torch and torchvision are installed. Where there is no CUDA GPU,
+``--device cuda`` says so on one line (stderr) and exits with status 0,
+measuring nothing.
 """
 from __future__ import annotations
 
@@ -35,13 +41,11 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 from .. import config, devices, kernel_cache
 from ..compiler.compile import compile as compile_relax
 from ..frontend import from_onnx
 from ..vm import VirtualMachine
-from . import pypi_models, timing
+from . import missing_gpu, pypi_models, timing, torch_eager
 
 DEFAULT_MODELS = ["ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn"]
 TORCHVISION_FAMILY = ["retinanet_resnet50_fpn_op17", "fcos_resnet50_fpn_op17", "ssd300_vgg16_op17",
@@ -81,8 +85,7 @@ def load(name: str, data: pathlib.Path):
 
     if name in pypi_models.MODELS:
         return onnx.load(str(pypi_models.model_path(name))), pypi_models.feeds(name)
-    rng = np.random.default_rng(1)
-    return materialize(data, name), [[rng.uniform(0, 1, (3, h, w)).astype(np.float32)] for h, w in SIZES]
+    return materialize(data, name), [[torch_eager.image(h, w)] for h, w in SIZES]
 
 
 def timed_compile(path: str, device: str = "sim"):
@@ -116,9 +119,18 @@ def _outputs(result) -> list:
 
 
 def measure(name: str, data: pathlib.Path, repeat: int, device: str = "sim", threads: int | None = None) -> dict:
+    """The figures of model ``name`` (a PyPI model or a graph of ``data``)."""
+    proto, calls = load(name, data)
+    return measure_model(name, proto, calls, repeat, device, threads)
+
+
+def measure_model(name: str, proto, calls: list, repeat: int, device: str = "sim",
+                  threads: int | None = None) -> dict:
+    """The figures of ONNX model ``proto`` called with each argument list of
+    ``calls`` (see the module's doc); ``name`` says which torchvision model
+    PyTorch eager runs beside it on a CUDA device."""
     import onnxruntime as ort
 
-    proto, calls = load(name, data)
     result: dict = {"device": device}
     with tempfile.TemporaryDirectory() as cache:
         path = str(pathlib.Path(cache) / f"{name}.onnx")
@@ -162,8 +174,24 @@ def measure(name: str, data: pathlib.Path, repeat: int, device: str = "sim", thr
         entry["onnxruntime_wall_s"] = statistics.median(times["onnxruntime"])
         entry["ratio"] = entry["wall_s"] / entry["onnxruntime_wall_s"]
         entry["ratios"] = [ours / theirs for ours, theirs in zip(times["shapefn"], times["onnxruntime"])]
+        torch = _torch_eager(name, args, repeat, device)
+        if torch:
+            entry.update(torch, torch_eager_ratio=entry["wall_s"] / torch["torch_eager_wall_s"])
         result["calls"].append(entry)
     return result
+
+
+def _torch_eager(name: str, args: list, repeat: int, device: str) -> dict:
+    """PyTorch eager's figures beside a call of torchvision model ``name``
+    on CUDA device ``device``; none elsewhere, for other models, or without
+    torch and torchvision."""
+    if device.split(":")[0] != "cuda" or torch_eager.builder_name(name) is None or torch_eager.missing():
+        return {}
+    (image,) = args
+    _, height, width = image.shape
+    gpu = int(device.partition(":")[2] or 0)
+    figures = torch_eager.measure(name, height, width, repeat=repeat, gpu=gpu)
+    return {key: figures[key] for key in ("torch_eager_wall_s", "torch_eager_first_inference_s")}
 
 
 def main(argv=None) -> None:
@@ -176,10 +204,14 @@ def main(argv=None) -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--data", help="directory with the .graph.onnx files and materialize.py")
     parser.add_argument("--device", default="sim",
-                        help="sim (modelled, default), host (the CPU, as onnxruntime) or opencl[:N] (a real device)")
+                        help="sim (modelled, default), host (the CPU, as onnxruntime), opencl[:N] or cuda[:N] "
+                             "(a real device)")
     parser.add_argument("--threads", type=int, default=None,
                         help="onnxruntime's intra-op threads (default: the cores this process may use, as TVM's pool)")
     args = parser.parse_args(argv)
+    if why := missing_gpu(args.device):
+        print(f"models: {why}: nothing measured", file=sys.stderr)
+        return
     data = _data_dir(args.data)
     names = [model for name in args.models for model in GROUPS.get(name, [name])]
     available = sorted(p.name[: -len(".graph.onnx")] for p in data.glob("*.graph.onnx")) + list(pypi_models.MODELS)
@@ -201,8 +233,11 @@ def _print(name: str, r: dict) -> None:
           f"built), {r['compile_warm_s']:.1f} s warm ({r['kernels_built_warm']} built)", flush=True)
     for e in r["calls"]:
         per_op, per_input = e["per_op"], e["per_input"]
-        print(f"  {e['inputs']}: {e['wall_s']:.4g} s (onnxruntime {e['onnxruntime_wall_s']:.4g} s, ratio "
-              f"{e['ratio']:.2f}: {', '.join(f'{r:.2f}' for r in e['ratios'])}); "
+        torch = (f"; PyTorch eager {e['torch_eager_wall_s']:.4g} s (first {e['torch_eager_first_inference_s']:.3g} s"
+                 f", ratio {e['torch_eager_ratio']:.2f})" if "torch_eager_wall_s" in e else "")
+        print(f"  {e['inputs']}: {e['wall_s']:.4g} s (first {e['first_inference_s']:.3g} s; onnxruntime "
+              f"{e['onnxruntime_wall_s']:.4g} s, ratio {e['ratio']:.2f}: {', '.join(f'{r:.2f}' for r in e['ratios'])}"
+              f"{torch}); "
               f"d2h copies {per_op['d2h_copies']} / {per_input['d2h_copies']}, "
               f"bytes {per_op['d2h_bytes']:,} / {per_input['d2h_bytes']:,}, "
               f"syncs {per_op['syncs']} / {per_input['syncs']} (per-op / per-input)", flush=True)

@@ -15,7 +15,7 @@ import gc
 
 import tvm
 
-from .. import kernel_cache
+from .. import cuda_fatbin, kernel_cache
 from ..executable import Executable
 from ..progress import QUIET, Progress
 from . import codegen, host_params, placement, schedule, target_schedule
@@ -51,13 +51,16 @@ def gc_paused():
 
 
 def compile(mod: tvm.IRModule, device: str = "sim", *, target=None,  # noqa: A001 - the public name
-            dependence: str = "per-input", progress=False) -> Executable:
+            dependence: str = "per-input", progress=False, cuda_archs=None) -> Executable:
     """Compiles a Relax module (entry ``main``) for ``device``: "sim", "host"
     or a TVM device name such as "cuda"; ``target`` overrides the kernel
     target. ``dependence`` is the default mode of VMs made from the result
     ("per-op" reproduces whole-tensor copies, for comparison). ``progress``
     prints the phases and a bar over the kernels built to stderr: True,
-    False, or "auto" (when stderr is a terminal)."""
+    False, or "auto" (when stderr is a terminal). ``cuda_archs`` names the
+    GPU architectures a CUDA build carries machine code for (e.g.
+    ``["sm_90"]``); by default the target's ``arch`` if it names one, else
+    ``cuda_fatbin.DEFAULT_ARCHITECTURES`` and this machine's GPU's."""
     if not isinstance(mod, tvm.IRModule):
         raise TypeError(f"shapefn.compile takes a tvm.IRModule, got {type(mod).__name__}")
     if "main" not in [gv.name_hint for gv in mod.functions]:
@@ -66,6 +69,10 @@ def compile(mod: tvm.IRModule, device: str = "sim", *, target=None,  # noqa: A00
         raise ValueError(f"dependence must be 'per-input' or 'per-op', got {dependence!r}")
     report = Progress.of(progress)
     tvm_target = _target_for(device, target)
+    if tvm_target.kind.name == "cuda":
+        cuda_archs = cuda_fatbin.architectures(tvm_target, cuda_archs)  # (a bad name fails before the compile)
+    elif cuda_archs is not None:
+        raise ValueError(f"cuda_archs is for CUDA builds; this one is for {tvm_target.kind.name}")
     gpu = target_schedule.is_gpu(tvm_target)
     policy = placement.policy_for(device)
     with gc_paused():
@@ -82,7 +89,7 @@ def compile(mod: tvm.IRModule, device: str = "sim", *, target=None,  # noqa: A00
         with report.phase("scheduling kernels"):
             scheduled = schedule_kernels(mod, generated, tvm_target)  # each kernel for its processor
         with report.phase("building kernels"):
-            library, library_path = build_kernels(scheduled, tvm_target, report)  # through the kernel cache
+            library, library_path = build_kernels(scheduled, tvm_target, report, cuda_archs)  # via the kernel cache
         return generated.program.build(library=library, library_path=library_path, default_dependence=dependence,
                                        host_cpu_features=target_schedule.host_cpu_features(tvm_target),
                                        device_code=target_schedule.device_code(tvm_target) if library else "")
@@ -100,8 +107,8 @@ def schedule_kernels(mod: tvm.IRModule, generated: codegen.GeneratedProgram,
 
 
 def build_kernels(scheduled: target_schedule.ScheduledKernels | None, target: tvm.target.Target,
-                  progress: Progress = QUIET):
+                  progress: Progress = QUIET, cuda_archs=None):
     """The library of the scheduled kernels and its file; (None, None) if none."""
     if scheduled is None:
         return None, None
-    return kernel_cache.build(scheduled.module, target, scheduled.version, progress=progress)
+    return kernel_cache.build(scheduled.module, target, scheduled.version, progress=progress, cuda_archs=cuda_archs)
