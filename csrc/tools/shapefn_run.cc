@@ -6,16 +6,22 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "json.h"
 #include "npy.h"
+#include "profile_report.h"
 #include "shapefn/shapefn.h"
 
 namespace {
+
+using shapefn::tools::JsonNumber;
+using shapefn::tools::JsonString;
 
 constexpr int kExitFailure = 1;  // the program could not be loaded or run
 constexpr int kExitUsage = 2;    // the command line is wrong
@@ -23,12 +29,18 @@ constexpr int kExitUsage = 2;    // the command line is wrong
 constexpr const char* kUsage =
     "usage: shapefn-run EXE --device sim|host|opencl[:N] --input A.npy [--input B.npy ...] --output-dir DIR\n"
     "                   [--repeat N] [--function NAME] [--dependence per-input|per-op]\n"
+    "                   [--profile] [--profile-trace TRACE.json]\n"
     "\n"
     "Runs function NAME (default main) of the saved executable EXE (and the kernel\n"
     "library saved beside it) on the inputs, in order, N times (default 1). Writes the\n"
     "outputs of the last call to DIR/out0.npy, DIR/out1.npy, ... (a tuple result\n"
     "flattened depth-first; a shape as int64 [ndim], an int as an int64 scalar) and\n"
-    "prints the counters of all calls as JSON.\n";
+    "prints the counters of all calls as JSON.\n"
+    "\n"
+    "--profile profiles the last call: its table (per op: host time, time on the device\n"
+    "where the device measures it, percent, count) goes to stderr, its rows to the\n"
+    "JSON's \"profile\" key. --profile-trace also writes its Chrome trace (as\n"
+    "shapefn's ProfileReport.to_chrome_trace) to TRACE.json.\n";
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -42,6 +54,8 @@ struct Options {
   int64_t repeat = 1;
   std::string function = "main";
   shapefn::Dependence dependence = shapefn::Dependence::kPerInput;
+  bool profile = false;
+  std::string profile_trace;
 };
 
 int64_t ParseRepeat(const std::string& text) {
@@ -102,6 +116,12 @@ Options ParseArgs(int argc, char** argv) {
       } else {
         throw UsageError("--dependence must be 'per-input' or 'per-op', got '" + mode + "'");
       }
+    } else if (arg == "--profile") {
+      if (inline_value) throw UsageError("--profile takes no value");
+      o.profile = true;
+    } else if (arg == "--profile-trace") {
+      o.profile_trace = next();
+      o.profile = true;
     } else if (arg.rfind("-", 0) == 0 && arg.size() > 1) {
       throw UsageError("unknown option '" + arg + "'");
     } else if (o.executable.empty()) {
@@ -114,34 +134,6 @@ Options ParseArgs(int argc, char** argv) {
   if (!have_device) throw UsageError("--device is required");
   if (!have_output_dir) throw UsageError("--output-dir is required");
   return o;
-}
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
-std::string JsonNumber(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);  // round-trips exactly
-  return buf;
 }
 
 // The same names as VirtualMachine.counters in Python.
@@ -190,6 +182,18 @@ void WriteOutputs(const shapefn::Value& value, const std::filesystem::path& dir,
   names->push_back(name);
 }
 
+// The profiled call's table to stderr, its rows to `json`, its trace to a file.
+void WriteProfile(const Options& o, const shapefn::Profiler& profiler, std::ostream& json) {
+  std::cerr << shapefn::tools::ProfileTable(profiler) << std::flush;
+  json << ",\n  \"profile\": " << shapefn::tools::ProfileJson(profiler, "  ");
+  if (o.profile_trace.empty()) return;
+  std::ofstream trace(o.profile_trace);
+  trace << shapefn::tools::ChromeTrace(profiler);
+  if (!trace.flush()) {
+    shapefn::Fail(shapefn::ErrorKind::kValue, "cannot write the profile trace to '" + o.profile_trace + "'");
+  }
+}
+
 int Run(const Options& o) {
   shapefn::Program program = shapefn::LoadProgram(o.executable);
   std::vector<std::string> missing = shapefn::MissingShapeFuncs(*program.executable);
@@ -225,7 +229,10 @@ int Run(const Options& o) {
 
   shapefn::Value result;
   auto start = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < o.repeat; ++i) result = vm.Invoke(function_index, args);
+  shapefn::Profiler profiler;
+  for (int64_t i = 0; i < o.repeat; ++i) {
+    result = vm.Invoke(function_index, args, o.profile && i + 1 == o.repeat ? &profiler : nullptr);
+  }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::filesystem::path dir(o.output_dir);
@@ -244,7 +251,9 @@ int Run(const Options& o) {
   for (size_t i = 0; i < outputs.size(); ++i) os << (i ? ", " : "") << JsonString(outputs[i]);
   os << "],\n  \"mean_call_s\": " << JsonNumber(seconds / static_cast<double>(o.repeat))
      << ",\n  \"counters\": " << CountersJson(vm.counters(), "  ")
-     << ",\n  \"constant_counters\": " << CountersJson(vm.constant_counters(), "  ") << "\n}\n";
+     << ",\n  \"constant_counters\": " << CountersJson(vm.constant_counters(), "  ");
+  if (o.profile) WriteProfile(o, profiler, os);
+  os << "\n}\n";
   std::cout << os.str() << std::flush;
   return 0;
 }
