@@ -232,8 +232,9 @@ def test_profile_reports_the_last_call_as_the_python_profiler_does(runner, saved
                          dynamic_slice_reference(x, offset), strict=True):
         np.testing.assert_array_equal(got, want)
     vm = python_vm(path, device)
-    vm(x, offset)
-    want = vm.profile(x, offset)  # the second call, profiled, as in the runner
+    first = vm(x, offset)  # held through the profiled call, as in the runner (the pools see the same)
+    want = vm.profile(x, offset)
+    del first
 
     def row_key(r):
         return r["kind"], r["name"], r["device"], r["detail"], r["count"], r["bytes"], r["device_us"] is None
@@ -453,6 +454,13 @@ def test_missing_input_file(runner, saved_models, tmp_path):
     stderr = failure(runner, [saved_models["mlp"], "--device", "sim", "--input", "nowhere.npy", "--output-dir", "o"],
                      tmp_path)
     assert "'nowhere.npy': cannot open the file" in stderr
+
+
+def test_unwritable_profile_trace(runner, saved_models, tmp_path):
+    np.save(tmp_path / "x.npy", np.ones((2, 1024), np.float32))
+    stderr = failure(runner, [saved_models["mlp"], "--device", "sim", "--input", "x.npy", "--output-dir", "o",
+                              "--profile-trace", "no/such/dir/trace.json"], tmp_path)
+    assert "cannot write the profile trace to 'no/such/dir/trace.json'" in stderr
 
 
 def test_unknown_function(runner, saved_models, tmp_path):

@@ -60,8 +60,8 @@ class TvmTiming final : public DeviceTiming {
       api_->SetDevice(device_);
       tvm::ffi::ObjectRef timer = make_timer_(device_).cast<tvm::ffi::ObjectRef>();
       if (!IsTimer(timer)) {
-        Fail(ErrorKind::kRuntime, "runtime.timer." + kind_ + " returned a " + std::string(timer->GetTypeKey()) +
-                                      ", not a " + kTimerTypeKey);
+        Fail(ErrorKind::kRuntime,
+             "runtime.timer." + kind_ + " returned a " + std::string(timer->GetTypeKey()) + ", not a " + kTimerTypeKey);
       }
       auto* node = static_cast<TimerNode*>(const_cast<tvm::ffi::Object*>(timer.get()));
       node->Start();

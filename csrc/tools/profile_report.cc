@@ -19,9 +19,7 @@ namespace {
 
 constexpr int kHostPid = 1, kDevicePid = 2, kTid = 1;
 
-bool IsOp(ProfileCategory c) {
-  return c != ProfileCategory::kCall && c != ProfileCategory::kReadback;
-}
+bool IsOp(ProfileCategory c) { return c != ProfileCategory::kCall && c != ProfileCategory::kReadback; }
 
 struct Row {
   const ProfileEvent* first;  // names the op
@@ -116,8 +114,7 @@ const char* TimingNote(TimeSource source) {
     case TimeSource::kModelled:
       return "modelled by the device's cost model (latency + bytes / bandwidth), not measured";
     case TimeSource::kHostCall: return "host-side call that queued the work; device execution is not measured";
-    case TimeSource::kDevice:
-      return "execution on the device by its own clock (OpenCL profiling events, CUDA events)";
+    case TimeSource::kDevice: return "execution on the device by its own clock (OpenCL profiling events, CUDA events)";
   }
   return "?";
 }
@@ -139,8 +136,9 @@ std::string TraceArgs(const ProfileEvent& e) {
   } else if (e.category == ProfileCategory::kCopy && e.track == ProfileTrack::kHost && e.modelled_ns != 0) {
     timing = "host steady_clock for the call; modelled_us is the copy's modelled transfer time on the device";
   }
-  std::string args = "{\"device\": " + JsonString(e.device) + ", \"time_source\": " +
-                     JsonString(TimeSourceName(e.time_source)) + ", \"timing\": " + JsonString(timing);
+  std::string args = "{\"device\": " + JsonString(e.device) +
+                     ", \"time_source\": " + JsonString(TimeSourceName(e.time_source)) +
+                     ", \"timing\": " + JsonString(timing);
   if (!e.detail.empty()) args += ", \"detail\": " + JsonString(e.detail);
   if (e.bytes != 0) args += ", \"bytes\": " + std::to_string(e.bytes);
   if (e.track == ProfileTrack::kHost) args += ", \"measured_us\": " + JsonNumber(Us(e.measured_ns));
@@ -150,16 +148,16 @@ std::string TraceArgs(const ProfileEvent& e) {
 }
 
 std::string Meta(int pid, const char* name, const std::string& args) {
-  return "{\"ph\": \"M\", \"pid\": " + std::to_string(pid) + ", \"tid\": " + std::to_string(kTid) +
-         ", \"name\": \"" + name + "\", \"args\": " + args + "}";
+  return "{\"ph\": \"M\", \"pid\": " + std::to_string(pid) + ", \"tid\": " + std::to_string(kTid) + ", \"name\": \"" +
+         name + "\", \"args\": " + args + "}";
 }
 
 }  // namespace
 
 std::string ProfileTable(const Profiler& p) {
-  const std::vector<std::string> headers = {"Name",     "Duration (us)", "Percent",  "On device (us)",
-                                            "Device",   "Count",         "Kind",     "Mean (us)",
-                                            "Min (us)", "Max (us)",      "Bytes",    "Modelled (us)"};
+  const std::vector<std::string> headers = {"Name",     "Duration (us)", "Percent", "On device (us)",
+                                            "Device",   "Count",         "Kind",    "Mean (us)",
+                                            "Min (us)", "Max (us)",      "Bytes",   "Modelled (us)"};
   const Totals totals = TotalsOf(p);
   const double call_ns = static_cast<double>(std::max<int64_t>(CallOf(p).measured_ns, 1));
   std::vector<std::vector<std::string>> table;
@@ -215,18 +213,20 @@ std::string ProfileJson(const Profiler& p, const std::string& indent) {
   for (const Row& r : Rows(p)) {
     const ProfileEvent& e = *r.first;
     os << (first ? "" : ",") << "\n"
-       << indent << "    {\"name\": " << JsonString(e.name) << ", \"kind\": " << JsonString(ProfileCategoryName(e.category))
-       << ", \"detail\": " << JsonString(e.detail) << ", \"device\": " << JsonString(e.device)
-       << ", \"count\": " << r.count << ", \"duration_us\": " << JsonNumber(Us(r.sum_ns))
+       << indent << "    {\"name\": " << JsonString(e.name)
+       << ", \"kind\": " << JsonString(ProfileCategoryName(e.category)) << ", \"detail\": " << JsonString(e.detail)
+       << ", \"device\": " << JsonString(e.device) << ", \"count\": " << r.count
+       << ", \"duration_us\": " << JsonNumber(Us(r.sum_ns))
        << ", \"mean_us\": " << JsonNumber(Us(r.sum_ns) / static_cast<double>(r.count))
        << ", \"min_us\": " << JsonNumber(Us(r.min_ns)) << ", \"max_us\": " << JsonNumber(Us(r.max_ns))
-       << ", \"percent\": " << JsonNumber(100.0 * static_cast<double>(r.sum_ns) / call_ns)
-       << ", \"bytes\": " << r.bytes << ", \"modelled_us\": " << JsonNumber(Us(r.modelled_ns))
+       << ", \"percent\": " << JsonNumber(100.0 * static_cast<double>(r.sum_ns) / call_ns) << ", \"bytes\": " << r.bytes
+       << ", \"modelled_us\": " << JsonNumber(Us(r.modelled_ns))
        << ", \"device_us\": " << (r.device_ns ? JsonNumber(Us(*r.device_ns)) : "null") << "}";
     first = false;
   }
   const Totals t = TotalsOf(p);
-  os << "\n" << indent << "  ],\n"
+  os << "\n"
+     << indent << "  ],\n"
      << indent << "  \"totals\": {\"call_us\": " << JsonNumber(Us(t.call_ns))
      << ", \"timeline_us\": " << JsonNumber(Us(t.timeline_ns)) << ", \"ops_us\": " << JsonNumber(Us(t.ops_ns))
      << ", \"device_us\": " << JsonNumber(Us(t.device_ns)) << "}\n"
@@ -241,7 +241,8 @@ std::string ChromeTrace(const Profiler& p) {
       Meta(kHostPid, "thread_name", "{\"name\": \"VM thread\"}"),
   };
   const auto& events = p.events();
-  if (std::any_of(events.begin(), events.end(), [](const ProfileEvent& e) { return e.track == ProfileTrack::kDevice; })) {
+  if (std::any_of(events.begin(), events.end(),
+                  [](const ProfileEvent& e) { return e.track == ProfileTrack::kDevice; })) {
     trace.push_back(Meta(kDevicePid, "process_name", "{\"name\": " + JsonString("device " + p.device()) + "}"));
     trace.push_back(Meta(kDevicePid, "process_sort_index", "{\"sort_index\": 1}"));
     trace.push_back(Meta(kDevicePid, "thread_name", "{\"name\": \"stream (copies and kernels in issue order)\"}"));
@@ -252,11 +253,10 @@ std::string ChromeTrace(const Profiler& p) {
     const ProfileEvent& e = events[flow_id];
     const bool host = e.track == ProfileTrack::kHost;
     const double ts = Us(e.start_ns);
-    trace.push_back("{\"ph\": \"X\", \"cat\": " + JsonString(ProfileCategoryName(e.category)) +
-                    ", \"name\": " + JsonString(TraceName(e)) + ", \"pid\": " +
-                    std::to_string(host ? kHostPid : kDevicePid) + ", \"tid\": " + std::to_string(kTid) +
-                    ", \"ts\": " + JsonNumber(ts) + ", \"dur\": " + JsonNumber(Us(e.duration_ns)) +
-                    ", \"args\": " + TraceArgs(e) + "}");
+    trace.push_back("{\"ph\": \"X\", \"cat\": " + JsonString(ProfileCategoryName(e.category)) + ", \"name\": " +
+                    JsonString(TraceName(e)) + ", \"pid\": " + std::to_string(host ? kHostPid : kDevicePid) +
+                    ", \"tid\": " + std::to_string(kTid) + ", \"ts\": " + JsonNumber(ts) +
+                    ", \"dur\": " + JsonNumber(Us(e.duration_ns)) + ", \"args\": " + TraceArgs(e) + "}");
     if (host) {
       last_issued[{e.category, e.name}] = ts;
       continue;

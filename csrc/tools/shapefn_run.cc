@@ -182,16 +182,17 @@ void WriteOutputs(const shapefn::Value& value, const std::filesystem::path& dir,
   names->push_back(name);
 }
 
-// The profiled call's table to stderr, its rows to `json`, its trace to a file.
+// The profiled call's trace to a file, its table to stderr, its rows to `json`.
 void WriteProfile(const Options& o, const shapefn::Profiler& profiler, std::ostream& json) {
+  if (!o.profile_trace.empty()) {
+    std::ofstream trace(o.profile_trace);
+    trace << shapefn::tools::ChromeTrace(profiler);
+    if (!trace.flush()) {
+      shapefn::Fail(shapefn::ErrorKind::kValue, "cannot write the profile trace to '" + o.profile_trace + "'");
+    }
+  }
   std::cerr << shapefn::tools::ProfileTable(profiler) << std::flush;
   json << ",\n  \"profile\": " << shapefn::tools::ProfileJson(profiler, "  ");
-  if (o.profile_trace.empty()) return;
-  std::ofstream trace(o.profile_trace);
-  trace << shapefn::tools::ChromeTrace(profiler);
-  if (!trace.flush()) {
-    shapefn::Fail(shapefn::ErrorKind::kValue, "cannot write the profile trace to '" + o.profile_trace + "'");
-  }
 }
 
 int Run(const Options& o) {

@@ -372,8 +372,8 @@ void Runtime::Read(void* host_dst, const void* device_src, size_t nbytes) {
   Device& d = state(r.device);
   Check(EnqueueRecorded(*api_, r.device,
                         [&](cl_event* done) {
-                          return api_->clEnqueueReadBuffer(queue(r.device), r.mem, CL_FALSE, r.offset, nbytes,
-                                                           host_dst, 0, nullptr, done);
+                          return api_->clEnqueueReadBuffer(queue(r.device), r.mem, CL_FALSE, r.offset, nbytes, host_dst,
+                                                           0, nullptr, done);
                         }),
         OpenCLDeviceName(r.device) + ": a copy of " + std::to_string(nbytes) + " bytes to the host");
   std::lock_guard<std::mutex> lock(d.counts_mutex);
@@ -398,8 +398,8 @@ void Runtime::CopyWithin(void* device_dst, const void* device_src, size_t nbytes
   Device& d = state(to.device);
   Check(EnqueueRecorded(*api_, to.device,
                         [&](cl_event* done) {
-                          return api_->clEnqueueCopyBuffer(queue(to.device), from.mem, to.mem, from.offset,
-                                                           to.offset, nbytes, 0, nullptr, done);
+                          return api_->clEnqueueCopyBuffer(queue(to.device), from.mem, to.mem, from.offset, to.offset,
+                                                           nbytes, 0, nullptr, done);
                         }),
         OpenCLDeviceName(to.device) + ": a copy of " + std::to_string(nbytes) + " bytes within the device");
   std::lock_guard<std::mutex> lock(d.counts_mutex);
