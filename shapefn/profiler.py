@@ -4,8 +4,14 @@
 Times are the host's ``steady_clock``. On the simulated device a copy's
 device time and a sync's wait for it come from the sim's cost model
 (``latency + bytes / bandwidth``), and say so (``time_source="modelled"``).
-On a TVM device whose kernels are not CPU code (CUDA, ...) a kernel call or a
-copy returns once the work is queued: its time is that host-side call
+On a device with a timer, each kernel call and copy on the device track has
+its execution time by the device's own clock (``time_source="device"``,
+the ``device_us`` of the rows): OpenCL's profiling events, or the CUDA events
+of TVM's timer (``runtime.timer.cuda``). Only profiled calls are timed so; the
+times are read after the call's work is issued, so profiling adds no sync to
+the call, and the call's event on the timeline lasts until its device work
+ends. On other devices whose kernels are not CPU code a kernel call or a copy
+returns once the work is queued: its time is that host-side call
 (``time_source="host_call"``), and only syncs measure real device time.
 """
 from __future__ import annotations
@@ -32,6 +38,7 @@ _TIME_SOURCE_NOTES = {
     "measured": "host steady_clock",
     "modelled": "modelled by the device's cost model (latency + bytes / bandwidth), not measured",
     "host_call": "host-side call that queued the work; device execution is not measured",
+    "device": "execution on the device by its own clock (OpenCL profiling events, CUDA events)",
 }
 
 
@@ -73,14 +80,21 @@ class ProfileReport:
     def rows(self) -> list[dict]:
         """One row per op (category, name, device, detail), longest first:
         ``count``, measured ``duration_us`` (sum), ``mean_us``, ``min_us``,
-        ``max_us``, ``percent`` of the call, ``bytes``, ``modelled_us``."""
+        ``max_us``, ``percent`` of the call, ``bytes``, ``modelled_us``, and
+        ``device_us``, the ops' execution time by the device's clock (None
+        where the device did not time them)."""
         groups: dict[tuple, list[ProfileEvent]] = {}
+        on_device: dict[tuple, list[int]] = {}
         for e in self.events:
+            key = (e.category, e.name, e.device, e.detail)
             if e.track == "host" and e.category in _OP_CATEGORIES:
-                groups.setdefault((e.category, e.name, e.device, e.detail), []).append(e)
+                groups.setdefault(key, []).append(e)
+            elif e.time_source == "device":
+                on_device.setdefault(key, []).append(e.duration_ns)
         call_ns = max(self.call.measured_ns, 1)
         rows = []
-        for (category, name, device, detail), events in groups.items():
+        for key, events in groups.items():
+            category, name, device, detail = key
             measured = [e.measured_ns for e in events]
             rows.append({
                 "name": name, "kind": category, "detail": detail, "device": device,
@@ -92,6 +106,7 @@ class ProfileReport:
                 "percent": 100.0 * sum(measured) / call_ns,
                 "bytes": sum(e.bytes for e in events),
                 "modelled_us": sum(e.modelled_ns for e in events) / 1e3,
+                "device_us": sum(on_device[key]) / 1e3 if key in on_device else None,
             })
         rows.sort(key=lambda r: r["duration_us"], reverse=True)
         return rows
@@ -101,7 +116,8 @@ class ProfileReport:
         """Totals over the call, counted from its events: bytes and copies
         each way, syncs, kernel and shape-function calls, allocations (from
         the pool or the device), readbacks; the call's measured time, the
-        modelled time of its transfers and of its waits for them."""
+        modelled time of its transfers and of its waits for them; the
+        device's execution time of its kernels and copies where it timed them."""
         host = [e for e in self.events if e.track == "host"]
 
         def of(category, name=None, detail=None):
@@ -115,6 +131,7 @@ class ProfileReport:
             "ops_us": sum(e.measured_ns for e in host if e.category in _OP_CATEGORIES) / 1e3,
             "modelled_transfer_us": sum(e.modelled_ns for e in of("copy")) / 1e3,
             "modelled_wait_us": sum(e.modelled_ns for e in of("sync")) / 1e3,
+            "device_us": sum(e.duration_ns for e in self.events if e.time_source == "device") / 1e3,
             "h2d_copies": len(of("copy", "h2d")),
             "h2d_bytes": sum(e.bytes for e in of("copy", "h2d")),
             "d2h_copies": len(of("copy", "d2h")),
@@ -132,21 +149,23 @@ class ProfileReport:
     # ----- output ------------------------------------------------------------
 
     def __str__(self) -> str:
-        headers = ["Name", "Duration (us)", "Percent", "Device", "Count", "Kind", "Mean (us)", "Min (us)",
-                   "Max (us)", "Bytes", "Modelled (us)"]
+        headers = ["Name", "Duration (us)", "Percent", "On device (us)", "Device", "Count", "Kind", "Mean (us)",
+                   "Min (us)", "Max (us)", "Bytes", "Modelled (us)"]
         table = []
         for r in self.rows:
             kind = f"{r['kind']} ({r['detail']})" if r["detail"] else r["kind"]
-            table.append([r["name"], f"{r['duration_us']:,.2f}", f"{r['percent']:.2f}", r["device"],
+            table.append([r["name"], f"{r['duration_us']:,.2f}", f"{r['percent']:.2f}",
+                          "" if r["device_us"] is None else f"{r['device_us']:,.2f}", r["device"],
                           f"{r['count']:,}", kind, f"{r['mean_us']:,.2f}", f"{r['min_us']:,.2f}",
                           f"{r['max_us']:,.2f}", f"{r['bytes']:,}" if r["bytes"] else "",
                           f"{r['modelled_us']:,.2f}" if r["modelled_us"] else ""])
         totals = self.totals
         call_us = max(totals["call_us"], 1e-3)
         table.append(["----------"] + [""] * (len(headers) - 1))
-        table.append(["Sum", f"{totals['ops_us']:,.2f}", f"{100 * totals['ops_us'] / call_us:.2f}", "",
-                      f"{sum(r['count'] for r in self.rows):,}"] + [""] * (len(headers) - 5))
-        table.append(["Total", f"{totals['call_us']:,.2f}", "100.00", self.device, "1", "call"]
+        table.append(["Sum", f"{totals['ops_us']:,.2f}", f"{100 * totals['ops_us'] / call_us:.2f}",
+                      f"{totals['device_us']:,.2f}" if totals["device_us"] else "", "",
+                      f"{sum(r['count'] for r in self.rows):,}"] + [""] * (len(headers) - 6))
+        table.append(["Total", f"{totals['call_us']:,.2f}", "100.00", "", self.device, "1", "call"]
                      + [""] * 4 + [f"{totals['modelled_wait_us']:,.2f}" if totals["modelled_wait_us"] else ""])
         widths = [max(len(headers[i]), *(len(row[i]) for row in table)) for i in range(len(headers))]
 
@@ -157,6 +176,7 @@ class ProfileReport:
         out = [line(headers)] + [line(row) for row in table]
         out += ["", "Sum adds the ops; the rest of Total is the interpreter (and the profiler's own "
                     "recording) between them.",
+                "On device: the ops' execution time by the device's own clock, where the device timed them.",
                 "Modelled: a copy's modelled transfer time; a sync's (and the call's) modelled wait for the device."]
         out += ["", "Configuration", "-------------"]
         out += [f"{k}: {v}" for k, v in self.configuration.items()]
@@ -243,4 +263,6 @@ def _trace_args(e: ProfileEvent) -> dict:
         args["measured_us"] = e.measured_ns / 1e3
     if e.modelled_ns:
         args["modelled_us"] = e.modelled_ns / 1e3
+    if e.time_source == "device":
+        args["device_us"] = e.duration_ns / 1e3
     return args

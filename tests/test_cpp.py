@@ -1,7 +1,8 @@
 """Runs the C++ unit tests (csrc/tests, GoogleTest): the verifier, the
-registry and the built-in shape functions. ``shapefn_cpp_tests`` is built
-and installed beside shapefn's extension modules when GoogleTest is found
-at build time; each of its failing tests fails here by name."""
+registry, the built-in shape functions and the profiler's placement of
+device times. ``shapefn_cpp_tests`` is built and installed beside shapefn's
+extension modules when GoogleTest is found at build time; each of its
+failing tests fails here by name."""
 import os
 import subprocess
 import xml.etree.ElementTree as ET

@@ -223,6 +223,54 @@ def test_vms_in_threads_share_the_device():
 
 
 @opencl
+def test_profiled_calls_are_ordered_with_the_devices_other_work():
+    """A profiled call's commands go to the device's profiling queue: it
+    still reads what an unprofiled call left queued, later calls read what it
+    wrote, and the runtime counts the same work as for an unprofiled call.
+    Calls in other threads, profiled or not, share the device meanwhile."""
+    lib = gpu_library({"affine": affine()})
+    pb = ProgramBuilder()
+    fb = pb.function("main", [Param("x", "float32", ["n", "m"])])
+    (x,) = fb.args
+    out = fb.alloc_tensor("device", fb.shape_of(x), "float32")
+    fb.invoke_kernel(pb.kernel("affine"), [x, fb.load_int(2), fb.load_int(1), out])
+    fb.ret(out)
+    exe = pb.build(library=lib)
+    vm = shapefn.VirtualMachine(exe, "opencl")
+    x = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)
+    vm(x)  # warm: the kernel is built
+    shapefn.reset_device_counters("opencl")
+    y = vm(x)  # queued, not waited for
+    unprofiled = shapefn.device_counters("opencl")
+    shapefn.reset_device_counters("opencl")
+    report = vm.profile(y)  # reads y on the other queue
+    assert shapefn.device_counters("opencl") == {**unprofiled, "h2d_copies": 0, "h2d_bytes": 0}
+    z = vm(report.outputs)  # reads what the profiled call wrote
+    np.testing.assert_array_equal(z.numpy(), 2 * (2 * (2 * x + 1) + 1) + 1)
+    assert [e.time_source for e in report.events if e.track == "device"] == ["device"]
+
+    errors = []
+
+    def work(seed):
+        try:
+            vm = shapefn.VirtualMachine(exe, "opencl")
+            rng = np.random.default_rng(seed)
+            for i in range(20):
+                x = rng.standard_normal(rng.integers(1, 50, size=2)).astype(np.float32)
+                y = vm.profile(x).outputs if (seed + i) % 2 else vm(x)
+                np.testing.assert_array_equal(y.numpy(), 2 * x + 1)
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+@opencl
 def test_a_host_kernel_given_device_memory_fails_instead_of_reading_it():
     """A kernel compiled for the CPU, called on OpenCL tensors (what a GPU
     build without device kernels would do): refused, never a silent read."""

@@ -1,5 +1,5 @@
 """vm.profile: per-op counts and bytes against the program and the VM's
-counters, the sim's modelled copy times, OpenCL's host-side dispatch times,
+counters, the sim's modelled copy times, OpenCL's device times,
 the Chrome trace, and that profiling changes neither results nor later
 calls. Programs run on sim and on opencl."""
 import json
@@ -196,35 +196,72 @@ def test_tvm_cpu_device_work_is_measured_not_modelled(models):
 
 
 @opencl
-def test_opencl_kernels_and_copies_are_timed_as_the_host_calls_that_queue_them(models):
-    """On OpenCL a kernel launch or a copy returns once the work is queued:
-    the device track has the host-side call's time (``host_call``), never a
-    modelled one, and only syncs wait for the device (measured)."""
+def test_opencl_kernels_and_copies_are_timed_on_the_device(models):
+    """On OpenCL each kernel launch and copy has its execution time from the
+    device's profiling events (``device``) on the device track: positive,
+    inside the call's span, in the order issued, never before the host
+    issued it; syncs are the host's wait (measured), and profiling adds no
+    sync or copy to the call."""
     args = model_args()
-    report = shapefn.VirtualMachine(models("opencl"), "opencl").profile(*args)
+    vm = shapefn.VirtualMachine(models("opencl"), "opencl")
+    vm(*args)  # warm: kernels built, pools filled
+    vm.reset_counters()
+    vm(*args)
+    unprofiled = vm.counters
+    vm.reset_counters()
+    report = vm.profile(*args)
+    assert report.counters == vm.counters == unprofiled
     for got, want in zip(as_tuple(report.outputs), model_reference(*args), strict=True):
         np.testing.assert_array_equal(got, want)
     assert report.device == "opencl:0"
     host = [e for e in report.events if e.track == "host"]
     device = [e for e in report.events if e.track == "device"]
     assert {e.category for e in device} == {"copy", "kernel"}
-    assert all(e.time_source == "host_call" for e in device)
-    # One device event per kernel launched and copy issued on the device
-    # (kernels placed on the host have none).
+    assert all(e.time_source == "device" and e.duration_ns > 0 and e.measured_ns == 0 for e in device)
+    # One device event per kernel launched and copy issued on the device, in
+    # the order issued (kernels placed on the host have none).
     issued = [e for e in host if e.category in ("copy", "kernel") and e.device == "opencl:0"]
-    assert sorted((e.category, e.name) for e in device) == sorted((e.category, e.name) for e in issued)
+    assert [(e.category, e.name) for e in device] == [(e.category, e.name) for e in issued]
     assert any(e.category == "kernel" and e.device == "host" for e in host)
-    for e in device:
-        twin = next(h for h in issued if (h.category, h.name, h.start_ns) == (e.category, e.name, e.start_ns))
-        assert e.duration_ns == twin.measured_ns
+    call = report.call
+    for twin, e in zip(issued, device, strict=True):
+        assert twin.start_ns <= e.start_ns and e.start_ns + e.duration_ns <= call.duration_ns
+    for a, b in zip(device, device[1:]):  # an in-order queue runs one command at a time
+        assert b.start_ns >= a.start_ns + a.duration_ns
+    # The call's timeline holds its device work; its measured time is the host's.
+    assert call.measured_ns <= call.duration_ns
     syncs = [e for e in host if e.category == "sync"]
     assert len(syncs) == report.counters["syncs"] == 3
     assert all(e.time_source == "measured" and e.duration_ns == e.measured_ns for e in syncs)
+    # A readback's copy is done when its sync returns.
+    for sync in syncs:
+        before = [e for e, twin in zip(device, issued, strict=True) if twin.start_ns < sync.start_ns]
+        assert all(e.start_ns + e.duration_ns <= sync.start_ns + sync.duration_ns for e in before)
     assert all(e.modelled_ns == 0 for e in report.events)
-    assert report.totals["modelled_wait_us"] == report.totals["modelled_transfer_us"] == 0
-    assert report.call.time_source == "measured"
-    assert "host_call: host-side call that queued the work" in report.configuration["timing"]
-    assert "modelled" not in report.configuration["timing"]
+    assert report.totals["device_us"] == pytest.approx(sum(e.duration_ns for e in device) / 1e3)
+    rows = {(r["kind"], r["name"], r["device"]): r for r in report.rows}
+    for e in issued:
+        assert rows[(e.category, e.name, e.device)]["device_us"] > 0
+    assert all(r["device_us"] is None for r in report.rows if r["device"] == "host")
+    assert "device: execution on the device by its own clock" in report.configuration["timing"]
+    assert "host_call" not in report.configuration["timing"]
+
+
+@opencl
+def test_failed_opencl_profiled_call_leaves_later_calls_untimed(models):
+    """A profiled call that fails halfway stops its device timing: the next
+    calls, profiled or not, run and are timed as their own."""
+    vm = shapefn.VirtualMachine(models("opencl"), "opencl")
+    x, offset, k = model_args()
+    with pytest.raises(ValueError, match="negative dimension"):
+        vm.profile(x, offset, np.array([-1], np.int64))
+    vm.reset_counters()
+    for got, want in zip(as_tuple(vm(x, offset, k)), model_reference(x, offset, k), strict=True):
+        np.testing.assert_array_equal(got, want)
+    report = vm.profile(x, offset, k)
+    issued = [e for e in report.events if e.track == "host" and e.category in ("copy", "kernel")
+              and e.device == "opencl:0"]
+    assert len([e for e in report.events if e.time_source == "device"]) == len(issued)
 
 
 def test_chrome_trace_has_host_and_device_tracks(exe, device, tmp_path):
@@ -241,8 +278,10 @@ def test_chrome_trace_has_host_and_device_tracks(exe, device, tmp_path):
     assert host_pid != device_pid
     on_device = [e for e in complete if e["pid"] == device_pid]
     assert {e["cat"] for e in on_device} == {"copy", "kernel"}
-    copy_time = "modelled" if device == "sim" else "host_call"  # sim's cost model; OpenCL's enqueue
+    copy_time = "modelled" if device == "sim" else "device"  # sim's cost model; OpenCL's profiling events
     assert all(e["args"]["time_source"] == copy_time for e in on_device if e["cat"] == "copy")
+    if device != "sim":
+        assert all(e["args"]["device_us"] == e["dur"] > 0 for e in on_device)
     host = [e for e in complete if e["pid"] == host_pid]
     assert sum(e["cat"] == "sync" for e in host) == report.counters["syncs"]
     assert sum(e["cat"] == "copy" for e in host) == report.counters["h2d_copies"] + report.counters["d2h_copies"]
@@ -271,6 +310,15 @@ def test_table_and_json(exe, device):
         assert name in table
     assert re.search(r"^Total\s", table, re.M) and re.search(r"^Sum\s", table, re.M)
     assert "d2h_bytes: 32" in table
+    # Device time: in every row of work on the OpenCL device, in none on the host or the sim.
+    assert "On device (us)" in table.splitlines()[0]
+    for r in report.rows:
+        timed = device != "sim" and r["kind"] in ("kernel", "copy") and r["device"] != "host"
+        assert (r["device_us"] is not None) == timed, r
+        if timed:
+            line = next(line for line in table.splitlines() if line.startswith(r["name"] + " ")
+                        and f"{r['duration_us']:,.2f}" in line)
+            assert f"{r['device_us']:,.2f}" in line.split()
     data = json.loads(report.to_json())
     assert data["rows"] == json.loads(json.dumps(report.rows))
     assert data["counters"] == report.counters and data["totals"] == report.totals

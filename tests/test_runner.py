@@ -213,6 +213,56 @@ def test_mlp_matches_python_vm_and_relax(runner, saved_for, tmp_path, device):
             assert_counters_as_on_sim(runner, saved_for, "mlp", counters, [x], tmp_path, repeat=3)
 
 
+def trace_shape(trace):
+    """What a Chrome trace holds, times aside: per event its phase, category,
+    name, track and argument names (a sync's modelled wait, which depends on
+    how fast the host went, aside)."""
+    return sorted((e["ph"], e.get("cat", ""), e["name"], e["pid"],
+                   tuple(sorted(set(e.get("args", {})) - {"modelled_us"})))
+                  for e in trace["traceEvents"])
+
+
+@pytest.mark.parametrize("device", RUNNER_DEVICES)
+def test_profile_reports_the_last_call_as_the_python_profiler_does(runner, saved_for, tmp_path, device):
+    path = saved_for(device)["slice"]
+    x = np.random.default_rng(1).standard_normal((9, 7)).astype(np.float32)
+    offset = np.array([2, 1], np.int64)
+    inputs = save_inputs(tmp_path, [x, offset])
+    proc = run(runner, [path, "--device", device, "--input", inputs[0], "--input", inputs[1], "--output-dir", "out",
+                        "--repeat", 2, "--profile-trace", "trace.json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    for got, want in zip([np.load(tmp_path / "out" / name) for name in report["outputs"]],
+                         dynamic_slice_reference(x, offset), strict=True):
+        np.testing.assert_array_equal(got, want)
+    vm = python_vm(path, device)
+    first = vm(x, offset)  # held through the profiled call, as in the runner (the pools see the same)
+    want = vm.profile(x, offset)
+    del first
+
+    def row_key(r):
+        return r["kind"], r["name"], r["device"], r["detail"], r["count"], r["bytes"], r["device_us"] is None
+
+    rows = report["profile"]["rows"]
+    assert sorted(map(row_key, rows)) == sorted(map(row_key, want.rows))
+    assert set(rows[0]) == set(want.rows[0])
+    timed = [r for r in rows if r["device_us"] is not None]
+    if device == "opencl":
+        assert {r["kind"] for r in timed} == {"kernel", "copy"} and all(r["device_us"] > 0 for r in timed)
+        totals = report["profile"]["totals"]
+        assert totals["device_us"] == pytest.approx(sum(r["device_us"] for r in timed))
+        assert totals["call_us"] <= totals["timeline_us"]
+    else:
+        assert not timed
+    # The table on stderr, with Python's columns and one line per row.
+    table = proc.stderr.splitlines()
+    assert table[0].split() == str(want).splitlines()[0].split()
+    assert table[-1].split()[0] == "Total" and len(table) == 1 + len(rows) + 3
+    for r, line in zip(rows, table[1:], strict=False):
+        assert line.startswith(r["name"]) and f"{r['count']:,}" in line.split()
+    assert trace_shape(json.loads((tmp_path / "trace.json").read_text())) == trace_shape(want._chrome_trace())
+
+
 # ---------------------------------------------------------------------------
 # Hand-built programs: tuples with ints, other functions, every dtype
 
@@ -321,6 +371,8 @@ def test_runner_loads_no_python(runner, saved_for, tmp_path, device):
     (["m.sfx", "--device", "sim", "--output-dir", "out", "--color"], "unknown option '--color'"),
     (["m.sfx", "x.npy", "--device", "sim", "--output-dir", "out"], "unexpected argument 'x.npy'"),
     (["m.sfx", "--device=sim", "--output-dir=out", "--dependence=sometimes"], "--dependence must be"),
+    (["m.sfx", "--device", "sim", "--output-dir", "out", "--profile=yes"], "--profile takes no value"),
+    (["m.sfx", "--device", "sim", "--output-dir", "out", "--profile-trace"], "--profile-trace needs a value"),
 ])
 def test_bad_command_lines_print_usage(runner, tmp_path, args, message):
     proc = run(runner, args, tmp_path)
@@ -443,6 +495,13 @@ def test_missing_input_file(runner, saved_models, tmp_path):
     stderr = failure(runner, [saved_models["mlp"], "--device", "sim", "--input", "nowhere.npy", "--output-dir", "o"],
                      tmp_path)
     assert "'nowhere.npy': cannot open the file" in stderr
+
+
+def test_unwritable_profile_trace(runner, saved_models, tmp_path):
+    np.save(tmp_path / "x.npy", np.ones((2, 1024), np.float32))
+    stderr = failure(runner, [saved_models["mlp"], "--device", "sim", "--input", "x.npy", "--output-dir", "o",
+                              "--profile-trace", "no/such/dir/trace.json"], tmp_path)
+    assert "cannot write the profile trace to 'no/such/dir/trace.json'" in stderr
 
 
 def test_unknown_function(runner, saved_models, tmp_path):

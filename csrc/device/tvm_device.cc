@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "device/tvm_timing.h"
 #include "shapefn/device.h"
 #include "shapefn/error.h"
 
@@ -45,8 +46,8 @@ bool Exists(tvm::runtime::DeviceAPI* api, DLDevice device) {
 
 class TvmDevice final : public Device {
  public:
-  TvmDevice(std::string spec, DLDevice device, tvm::runtime::DeviceAPI* api)
-      : spec_(std::move(spec)), device_(device), api_(api) {}
+  TvmDevice(std::string spec, std::string kind, DLDevice device, tvm::runtime::DeviceAPI* api)
+      : spec_(std::move(spec)), kind_(std::move(kind)), device_(device), api_(api) {}
 
   std::string name() const override { return spec_; }
   DLDevice kernel_device() const override { return device_; }
@@ -75,6 +76,7 @@ class TvmDevice final : public Device {
     api_->StreamSync(device_, nullptr);
     RecordSync();
   }
+  std::unique_ptr<DeviceTiming> StartTiming() override { return MakeTvmTiming(kind_, device_, api_); }
 
  private:
   void Copy(void* from, DLDevice from_dev, void* to, DLDevice to_dev, size_t n) {
@@ -91,6 +93,7 @@ class TvmDevice final : public Device {
   }
 
   std::string spec_;
+  std::string kind_;
   DLDevice device_;
   tvm::runtime::DeviceAPI* api_;
 };
@@ -111,7 +114,7 @@ std::shared_ptr<Device> MakeTvmDevice(const std::string& spec) {
                                 "' in this process (is TVM built with it, and imported?)");
   }
   if (!Exists(api, parsed.device)) Fail(ErrorKind::kValue, "device '" + spec + "' does not exist on this machine");
-  return std::make_shared<TvmDevice>(spec, parsed.device, api);
+  return std::make_shared<TvmDevice>(spec, parsed.kind, parsed.device, api);
 }
 
 }  // namespace shapefn

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <numeric>
 #include <sstream>
@@ -14,10 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "json.h"
 #include "npy.h"
+#include "profile_report.h"
 #include "shapefn/shapefn.h"
 
 namespace {
+
+using shapefn::tools::JsonNumber;
+using shapefn::tools::JsonString;
 
 constexpr int kExitFailure = 1;  // the program could not be loaded or run
 constexpr int kExitUsage = 2;    // the command line is wrong
@@ -25,6 +31,7 @@ constexpr int kExitUsage = 2;    // the command line is wrong
 constexpr const char* kUsage =
     "usage: shapefn-run EXE --device DEVICE --input A.npy [--input B.npy ...] --output-dir DIR\n"
     "                   [--repeat N] [--function NAME] [--dependence per-input|per-op]\n"
+    "                   [--profile] [--profile-trace TRACE.json]\n"
     "\n"
     "Runs function NAME (default main) of the saved executable EXE (and the kernel\n"
     "library saved beside it) on the inputs, in order, N times (default 1). Writes the\n"
@@ -35,7 +42,12 @@ constexpr const char* kUsage =
     "DEVICE is sim, host, or KIND[:N] with KIND one of opencl, cuda, rocm, vulkan, metal\n"
     "(the Nth such device, default 0); it must be a device of the kind EXE was compiled\n"
     "for. cuda loads TVM's CUDA runtime (libtvm_runtime_cuda.so, beside libtvm_runtime.so),\n"
-    "which needs the NVIDIA driver and the CUDA 13 runtime (libcudart.so.13).\n";
+    "which needs the NVIDIA driver and the CUDA 13 runtime (libcudart.so.13).\n"
+    "\n"
+    "--profile profiles the last call: its table (per op: host time, time on the device\n"
+    "where the device measures it, percent, count) goes to stderr, its rows to the\n"
+    "JSON's \"profile\" key. --profile-trace also writes its Chrome trace (as\n"
+    "shapefn's ProfileReport.to_chrome_trace) to TRACE.json.\n";
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -49,6 +61,8 @@ struct Options {
   int64_t repeat = 1;
   std::string function = "main";
   shapefn::Dependence dependence = shapefn::Dependence::kPerInput;
+  bool profile = false;
+  std::string profile_trace;
 };
 
 constexpr const char* kDeviceKinds = "opencl, cuda, rocm, vulkan, metal";
@@ -126,6 +140,12 @@ Options ParseArgs(int argc, char** argv) {
       } else {
         throw UsageError("--dependence must be 'per-input' or 'per-op', got '" + mode + "'");
       }
+    } else if (arg == "--profile") {
+      if (inline_value) throw UsageError("--profile takes no value");
+      o.profile = true;
+    } else if (arg == "--profile-trace") {
+      o.profile_trace = next();
+      o.profile = true;
     } else if (arg.rfind("-", 0) == 0 && arg.size() > 1) {
       throw UsageError("unknown option '" + arg + "'");
     } else if (o.executable.empty()) {
@@ -138,34 +158,6 @@ Options ParseArgs(int argc, char** argv) {
   if (!have_device) throw UsageError("--device is required");
   if (!have_output_dir) throw UsageError("--output-dir is required");
   return o;
-}
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
-std::string JsonNumber(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);  // round-trips exactly
-  return buf;
 }
 
 // The same names as VirtualMachine.counters in Python.
@@ -214,6 +206,19 @@ void WriteOutputs(const shapefn::Value& value, const std::filesystem::path& dir,
   names->push_back(name);
 }
 
+// The profiled call's trace to a file, its table to stderr, its rows to `json`.
+void WriteProfile(const Options& o, const shapefn::Profiler& profiler, std::ostream& json) {
+  if (!o.profile_trace.empty()) {
+    std::ofstream trace(o.profile_trace);
+    trace << shapefn::tools::ChromeTrace(profiler);
+    if (!trace.flush()) {
+      shapefn::Fail(shapefn::ErrorKind::kValue, "cannot write the profile trace to '" + o.profile_trace + "'");
+    }
+  }
+  std::cerr << shapefn::tools::ProfileTable(profiler) << std::flush;
+  json << ",\n  \"profile\": " << shapefn::tools::ProfileJson(profiler, "  ");
+}
+
 int Run(const Options& o) {
   std::error_code not_a_file;
   if (std::filesystem::is_directory(o.executable, not_a_file)) {
@@ -260,10 +265,11 @@ int Run(const Options& o) {
   // tensors syncs first), so host time brackets the device work. The first
   // call also loads device code and warms caches: it is reported on its own.
   shapefn::Value result;
+  shapefn::Profiler profiler;
   std::vector<double> call_s;
   for (int64_t i = 0; i < o.repeat; ++i) {
     auto start = std::chrono::steady_clock::now();
-    result = vm.Invoke(function_index, args);
+    result = vm.Invoke(function_index, args, o.profile && i + 1 == o.repeat ? &profiler : nullptr);
     vm.device(shapefn::kExecutionSlot)->Sync();
     call_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
@@ -289,7 +295,9 @@ int Run(const Options& o) {
      << ",\n  \"first_call_s\": " << JsonNumber(call_s.front())
      << ",\n  \"median_call_s\": " << JsonNumber(sorted[sorted.size() / 2])
      << ",\n  \"counters\": " << CountersJson(vm.counters(), "  ")
-     << ",\n  \"constant_counters\": " << CountersJson(vm.constant_counters(), "  ") << "\n}\n";
+     << ",\n  \"constant_counters\": " << CountersJson(vm.constant_counters(), "  ");
+  if (o.profile) WriteProfile(o, profiler, os);
+  os << "\n}\n";
   std::cout << os.str() << std::flush;
   return 0;
 }

@@ -124,7 +124,7 @@ void SetTensor(Value& dst, TensorRef t) {
 [[gnu::noinline, gnu::cold]] void ProfiledCallKernel(Profiler& profiler, const tvm::ffi::Function& kernel,
                                                      const std::vector<tvm::ffi::AnyView>& args,
                                                      const std::string& name, const Device& device) {
-  const int64_t start = profiler.Now();
+  const int64_t start = profiler.StartDeviceWork(device);
   CallKernel(kernel, args, name);
   profiler.Kernel(name, device, start);
 }
@@ -399,7 +399,7 @@ Value VirtualMachine::Impl::Run(int function_index, std::vector<Value>& regs, in
 TensorRef VirtualMachine::Impl::StageToHost(const TensorRef& src) {
   TensorRef h = Allocate(kHostSlot, src->shape, src->dtype, "copy_buffer");
   size_t nbytes = src->nbytes();
-  const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
+  const int64_t start = profiler_ != nullptr ? profiler_->StartDeviceWork(*src->device()) : 0;
   double modelled_s = src->device()->CopyToHost(h->data(), src->data(), nbytes);
   counters_.modelled_transfer_s += modelled_s;
   counters_.d2h_copies += 1;

@@ -3,6 +3,7 @@
 #include "shapefn/profiler.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace shapefn {
 
@@ -37,11 +38,16 @@ const char* TimeSourceName(TimeSource source) {
     case TimeSource::kMeasured: return "measured";
     case TimeSource::kModelled: return "modelled";
     case TimeSource::kHostCall: return "host_call";
+    case TimeSource::kDevice: return "device";
   }
   return "?";
 }
 
-void Profiler::BeginCall(const std::string& function, const Device& execution, const Counters& before) {
+void Profiler::BeginCall(const std::string& function, Device& execution, const Counters& before) {
+  // Before the call's clock starts: a timer may first wait for earlier work.
+  timed_events_.clear();
+  timing_ = execution.StartTiming();
+  timed_device_ = &execution;
   function_ = function;
   device_ = execution.name();
   before_ = before;
@@ -55,15 +61,18 @@ void Profiler::BeginCall(const std::string& function, const Device& execution, c
 }
 
 void Profiler::EndCall(const Counters& after) {
+  const int64_t host_end = Now();
+  const int64_t device_end = timing_ ? PlaceDeviceTimes() : 0;
+  EndDeviceTiming();
   ProfileEvent call;
   call.category = ProfileCategory::kCall;
   call.track = ProfileTrack::kHost;
   call.time_source = stall_ns_ > 0 ? TimeSource::kModelled : TimeSource::kMeasured;
   call.name = function_;
   call.device = device_;
-  call.duration_ns = Now();
+  call.duration_ns = std::max(host_end, device_end);
   call.modelled_ns = stall_ns_;
-  call.measured_ns = call.duration_ns - stall_ns_;
+  call.measured_ns = host_end - stall_ns_;
   events_.push_back(std::move(call));
 #define SHAPEFN_COUNTER_DELTA(name) counters_.name = after.name - before_.name;
   SHAPEFN_INT_COUNTERS(SHAPEFN_COUNTER_DELTA)
@@ -96,9 +105,61 @@ void Profiler::OnStream(const ProfileEvent& host, int64_t duration_ns, TimeSourc
   events_.push_back(std::move(e));
 }
 
+bool Profiler::OnDeviceClock(const ProfileEvent& host, const Device& device) {
+  if (!timing_ || &device != timed_device_) return false;
+  timing_->EndSpan();
+  ProfileEvent e = host;
+  e.track = ProfileTrack::kDevice;
+  e.time_source = TimeSource::kDevice;
+  e.measured_ns = 0;
+  timed_events_.push_back(events_.size());
+  events_.push_back(std::move(e));
+  return true;
+}
+
+int64_t Profiler::PlaceDeviceTimes() {
+  const std::vector<DeviceSpanTime> spans = timing_->Resolve();
+  // A command cannot start before the host issued it: the least offset from
+  // the device's clock to the trace's that keeps every one after its issue.
+  int64_t offset = std::numeric_limits<int64_t>::min();
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (spans[i].ran && spans[i].start_ns >= 0) {
+      offset = std::max(offset, events_[timed_events_[i]].start_ns - spans[i].start_ns);
+    }
+  }
+  int64_t stream_free = 0;
+  std::vector<bool> idle(events_.size(), false);
+  for (size_t i = 0; i < spans.size(); ++i) {
+    ProfileEvent& e = events_[timed_events_[i]];
+    if (!spans[i].ran) {
+      idle[timed_events_[i]] = true;  // no device work: no device event
+      continue;
+    }
+    e.start_ns = spans[i].start_ns >= 0 ? spans[i].start_ns + offset : std::max(e.start_ns, stream_free);
+    e.duration_ns = spans[i].duration_ns;
+    stream_free = e.start_ns + e.duration_ns;
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < events_.size(); ++i) {
+    if (idle[i]) continue;
+    if (kept != i) events_[kept] = std::move(events_[i]);
+    ++kept;
+  }
+  events_.resize(kept);
+  timed_events_.clear();
+  return stream_free;
+}
+
+int64_t Profiler::StartDeviceWork(const Device& device) {
+  if (timing_ && &device == timed_device_) timing_->BeginSpan();
+  return Now();
+}
+
 void Profiler::Kernel(const std::string& name, const Device& device, int64_t start) {
   ProfileEvent& e = Host(ProfileCategory::kKernel, name, device, start);
-  if (!device.is_host()) OnStream(ProfileEvent(e), e.measured_ns, HostCallSource(device));
+  if (!device.is_host() && !OnDeviceClock(ProfileEvent(e), device)) {
+    OnStream(ProfileEvent(e), e.measured_ns, HostCallSource(device));
+  }
 }
 
 void Profiler::ShapeFunc(const std::string& op, bool native, int64_t start) {
@@ -114,6 +175,7 @@ void Profiler::Copy(bool to_host, const Device& device, int64_t bytes, double mo
   e.bytes = bytes;
   e.modelled_ns = Nanoseconds(modelled_s);
   ProfileEvent host = e;
+  if (OnDeviceClock(host, device)) return;
   if (host.modelled_ns > 0) {
     OnStream(host, host.modelled_ns, TimeSource::kModelled);
   } else {

@@ -163,10 +163,14 @@ Value VirtualMachine::Impl::Invoke(int function_index, std::vector<Value> args, 
   }
   std::lock_guard<std::mutex> lock(call_mutex_);
   const FunctionDef& fn = exe_->functions()[static_cast<size_t>(function_index)];
-  // The profiler is this call's alone: cleared however the call ends.
+  // The profiler is this call's alone: cleared however the call ends, and
+  // its device timing (which may hold the device's attention) stopped.
   struct ProfilerScope {
     Profiler*& slot;
-    ~ProfilerScope() { slot = nullptr; }
+    ~ProfilerScope() {
+      if (slot != nullptr) slot->EndDeviceTiming();
+      slot = nullptr;
+    }
   } scope{profiler_};
   profiler_ = profiler;
   if (profiler_ != nullptr) profiler_->BeginCall(fn.name, *devices_[kExecutionSlot], counters_);
@@ -303,7 +307,7 @@ TensorRef VirtualMachine::Impl::CopyTo(const TensorRef& src, int slot) {
   }
   TensorRef dst = Allocate(slot, src->shape, src->dtype, "copy_buffer");
   size_t n = src->nbytes();
-  const int64_t start = profiler_ != nullptr ? profiler_->Now() : 0;
+  const int64_t start = profiler_ != nullptr ? profiler_->StartDeviceWork(*target) : 0;
   double modelled_s = target->CopyFromHost(dst->data(), src->data(), n);
   counters_.modelled_transfer_s += modelled_s;
   counters_.h2d_copies += 1;

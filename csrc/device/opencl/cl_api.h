@@ -24,6 +24,7 @@ using cl_device_info = cl_uint;
 using cl_program_build_info = cl_uint;
 using cl_kernel_work_group_info = cl_uint;
 using cl_event_info = cl_uint;
+using cl_profiling_info = cl_uint;
 using cl_buffer_create_type = cl_uint;
 using cl_context_properties = intptr_t;
 
@@ -80,6 +81,9 @@ constexpr cl_program_build_info CL_PROGRAM_BUILD_LOG = 0x1183;
 constexpr cl_kernel_work_group_info CL_KERNEL_WORK_GROUP_SIZE = 0x11B0;
 constexpr cl_event_info CL_EVENT_COMMAND_EXECUTION_STATUS = 0x11D3;
 constexpr cl_int CL_COMPLETE = 0x0;
+constexpr cl_command_queue_properties CL_QUEUE_PROFILING_ENABLE = 1 << 1;
+constexpr cl_profiling_info CL_PROFILING_COMMAND_START = 0x1282;
+constexpr cl_profiling_info CL_PROFILING_COMMAND_END = 0x1283;
 
 // Entry points, resolved by name from the ICD loader.
 #define SHAPEFN_CL_FUNCTIONS(X)                                                                                     \
@@ -117,7 +121,9 @@ constexpr cl_int CL_COMPLETE = 0x0;
     (cl_command_queue, cl_kernel, cl_uint, const size_t*, const size_t*, const size_t*, cl_uint, const cl_event*,   \
      cl_event*))                                                                                                    \
   X(clGetEventInfo, cl_int, (cl_event, cl_event_info, size_t, void*, size_t*))                                      \
+  X(clGetEventProfilingInfo, cl_int, (cl_event, cl_profiling_info, size_t, void*, size_t*))                         \
   X(clWaitForEvents, cl_int, (cl_uint, const cl_event*))                                                            \
+  X(clRetainEvent, cl_int, (cl_event))                                                                              \
   X(clReleaseEvent, cl_int, (cl_event))
 
 struct ClApi {

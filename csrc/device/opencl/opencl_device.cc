@@ -3,6 +3,7 @@
 #include <map>
 #include <mutex>
 
+#include "device/opencl/event_recorder.h"
 #include "device/opencl/opencl_runtime.h"
 #include "shapefn/error.h"
 #include "shapefn/opencl.h"
@@ -39,6 +40,7 @@ class OpenCLDevice final : public Device {
     RecordSync();
   }
   void Flush() override { opencl::Runtime::Global().Flush(index_); }
+  std::unique_ptr<DeviceTiming> StartTiming() override { return std::make_unique<opencl::EventRecorder>(index_); }
 
  private:
   int index_;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "device/modules/device_module_blob.h"
+#include "device/opencl/event_recorder.h"
 #include "device/opencl/opencl_runtime.h"
 #include "shapefn/error.h"
 #include "shapefn/opencl.h"
@@ -189,8 +190,10 @@ class OpenCLModule final : public tvm::ffi::ModuleObj {
                                          static_cast<size_t>(launch[kDynamicLocalMemory]), nullptr),
                        "kernel '" + spec.name + "': dynamic local memory");
       }
-      cl_int code = cl.clEnqueueNDRangeKernel(rt.queue(device), k.kernel, static_cast<cl_uint>(work_dim), nullptr,
-                                              global, local, 0, nullptr, nullptr);
+      cl_int code = EnqueueRecorded(cl, device, [&](cl_event* done) {
+        return cl.clEnqueueNDRangeKernel(rt.queue(device), k.kernel, static_cast<cl_uint>(work_dim), nullptr, global,
+                                         local, 0, nullptr, done);
+      });
       if (code != CL_SUCCESS) {
         Fail(ErrorKind::kRuntime,
              "launching OpenCL kernel '" + spec.name + "' on " + OpenCLDeviceName(device) + " with " +

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "device/opencl/event_recorder.h"
 #include "shapefn/error.h"
 #include "shapefn/opencl.h"
 
@@ -35,6 +36,8 @@ struct Runtime::Device {
   std::once_flag opened;
   cl_context context = nullptr;
   cl_command_queue queue = nullptr;
+  std::once_flag profiling_opened;
+  cl_command_queue profiling_queue = nullptr;
   // Host copies of writes still in flight, kept until their event completes,
   // then kept for later writes (up to kSpareStagingBytes): a fresh buffer
   // costs a page fault per page, as much as the copy itself.
@@ -176,8 +179,21 @@ cl_context Runtime::context(int device) {
 }
 
 cl_command_queue Runtime::queue(int device) {
+  if (EventRecorder* recorder = EventRecorder::Active(device)) return recorder->queue();
   context(device);
   return state(device).queue;
+}
+
+cl_command_queue Runtime::profiling_queue(int device) {
+  Device& d = state(device);
+  cl_context context = this->context(device);
+  std::call_once(d.profiling_opened, [&] {
+    cl_int code = CL_SUCCESS;
+    cl_command_queue queue = api_->clCreateCommandQueue(context, d.id, CL_QUEUE_PROFILING_ENABLE, &code);
+    Check(code, OpenCLDeviceName(device) + " (" + d.info.name + "): creating a profiling command queue");
+    d.profiling_queue = queue;
+  });
+  return d.profiling_queue;
 }
 
 void* Runtime::Alloc(int device, size_t nbytes, size_t alignment) {
@@ -337,6 +353,9 @@ void Runtime::Write(void* device_dst, const void* host_src, size_t nbytes) {
   Check(api_->clEnqueueWriteBuffer(queue(r.device), r.mem, CL_FALSE, r.offset, nbytes, staged.data.get(), 0, nullptr,
                                    &done),
         OpenCLDeviceName(r.device) + ": a copy of " + std::to_string(nbytes) + " bytes to the device");
+  // Its event is kept for the staging buffer anyway; a profiled call's
+  // recorder takes a reference of its own.
+  if (EventRecorder* recorder = EventRecorder::Active(r.device)) recorder->Keep(done);
   {
     std::lock_guard<std::mutex> lock(d.uploads_mutex);
     d.uploads.emplace_back(done, std::move(staged));
@@ -351,7 +370,11 @@ void Runtime::Read(void* host_dst, const void* device_src, size_t nbytes) {
   Region r = Resolve(device_src);
   CheckRoom(r, nbytes, "a copy to the host");
   Device& d = state(r.device);
-  Check(api_->clEnqueueReadBuffer(queue(r.device), r.mem, CL_FALSE, r.offset, nbytes, host_dst, 0, nullptr, nullptr),
+  Check(EnqueueRecorded(*api_, r.device,
+                        [&](cl_event* done) {
+                          return api_->clEnqueueReadBuffer(queue(r.device), r.mem, CL_FALSE, r.offset, nbytes, host_dst,
+                                                           0, nullptr, done);
+                        }),
         OpenCLDeviceName(r.device) + ": a copy of " + std::to_string(nbytes) + " bytes to the host");
   std::lock_guard<std::mutex> lock(d.counts_mutex);
   d.counts.d2h_copies += 1;
@@ -373,8 +396,11 @@ void Runtime::CopyWithin(void* device_dst, const void* device_src, size_t nbytes
     return;
   }
   Device& d = state(to.device);
-  Check(api_->clEnqueueCopyBuffer(queue(to.device), from.mem, to.mem, from.offset, to.offset, nbytes, 0, nullptr,
-                                  nullptr),
+  Check(EnqueueRecorded(*api_, to.device,
+                        [&](cl_event* done) {
+                          return api_->clEnqueueCopyBuffer(queue(to.device), from.mem, to.mem, from.offset, to.offset,
+                                                           nbytes, 0, nullptr, done);
+                        }),
         OpenCLDeviceName(to.device) + ": a copy of " + std::to_string(nbytes) + " bytes within the device");
   std::lock_guard<std::mutex> lock(d.counts_mutex);
   d.counts.d2d_copies += 1;

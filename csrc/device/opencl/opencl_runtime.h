@@ -56,7 +56,11 @@ class Runtime {
   const ClApi& api() const { return *api_; }
   cl_device_id device_id(int device) const;
   cl_context context(int device);
+  // The queue the calling thread enqueues on: the device's own, or while the
+  // thread records a profiled call (event_recorder.h), the profiling queue.
   cl_command_queue queue(int device);
+  // The device's second queue, with CL_QUEUE_PROFILING_ENABLE: made on first use.
+  cl_command_queue profiling_queue(int device);
 
   // A new allocation of at least one byte; its address is aligned to `alignment`.
   void* Alloc(int device, size_t nbytes, size_t alignment);

@@ -10,6 +10,8 @@
 #include <mutex>
 #include <string>
 
+#include "shapefn/device_timing.h"
+
 namespace shapefn {
 
 // Byte counts of one device's copy engine since creation (or last reset).
@@ -41,6 +43,10 @@ class Device {
   // Starts work queued on the device without waiting for it (OpenCL may
   // hold enqueued commands until then). The VM calls it when a call ends.
   virtual void Flush() {}
+  // Times the device work of one profiled call on the device's own clock
+  // (device_timing.h); nullptr for a device without a timer, whose queued
+  // work the profiler then times as the host-side call that queued it.
+  virtual std::unique_ptr<DeviceTiming> StartTiming() { return nullptr; }
 
   // Brackets host shape-function work; the sim device in strict mode makes
   // its memory unreadable in between so accidental host reads fault.
