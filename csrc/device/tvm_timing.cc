@@ -14,13 +14,16 @@
 #include "shapefn/error.h"
 
 namespace shapefn {
-namespace {
+namespace tvm_abi {
 
 // The interface of tvm::runtime::TimerNode, declared as TVM 0.27 declares it
 // (tvm/runtime/timer.h: an ffi::Object, then these virtuals in this order),
 // so its vtable is TVM's. That header cannot be included: it pulls in
 // headers the wheel does not ship (tvm/support/io.h). IsTimer checks an
-// object's type before it is used as one.
+// object's type before it is used as one. It must not be in an anonymous
+// namespace: a class no other translation unit can derive from has only the
+// overriders this one sees (pure ones), and the compiler calls those
+// directly ("pure virtual method called") instead of through TVM's vtable.
 class TimerNode : public tvm::ffi::Object {
  public:
   virtual void Start() = 0;
@@ -28,6 +31,12 @@ class TimerNode : public tvm::ffi::Object {
   virtual int64_t SyncAndGetElapsedNanos() = 0;
   virtual ~TimerNode() {}
 };
+
+}  // namespace tvm_abi
+
+namespace {
+
+using tvm_abi::TimerNode;
 
 constexpr const char* kTimerTypeKey = "runtime.TimerNode";
 
@@ -104,7 +113,6 @@ class TvmTiming final : public DeviceTiming {
 }  // namespace
 
 std::unique_ptr<DeviceTiming> MakeTvmTiming(const std::string& kind, DLDevice device, tvm::runtime::DeviceAPI* api) {
-  if (device.device_type == kDLCPU) return nullptr;
   auto make_timer = tvm::ffi::Function::GetGlobal("runtime.timer." + kind);
   if (!make_timer.has_value()) return nullptr;
   return std::make_unique<TvmTiming>(kind, device, api, *make_timer);

@@ -13,8 +13,8 @@ namespace shapefn {
 
 // Times spans with the timer TVM's runtime for `kind` registers as
 // `runtime.timer.<kind>` (CUDA: a pair of CUDA events on the device's stream
-// per span, in libtvm_runtime_cuda.so); nullptr when there is none, or when
-// the device's kernels are CPU code (their host time is their time).
+// per span, in libtvm_runtime_cuda.so; CPU: the host's clock); nullptr
+// when there is none.
 std::unique_ptr<DeviceTiming> MakeTvmTiming(const std::string& kind, DLDevice device, tvm::runtime::DeviceAPI* api);
 
 }  // namespace shapefn
