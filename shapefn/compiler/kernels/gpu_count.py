@@ -34,6 +34,8 @@ from .gpu_builder import (
 )
 from .tir_builder import flat_view, i64, local, sizes
 
+# Candidates per word of an NMS overlap mask.
+_WORD = 32
 # Consecutive elements per work item in a compaction tile: fewer scans and
 # tiles than one element each.
 _ITEMS = 4
@@ -211,18 +213,27 @@ def unique(dtype: str = "float32", ndim: int = 1) -> tirx.PrimFunc:
 def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
     """ONNX NonMaxSuppression: ``(boxes, scores, max_output_boxes_per_class,
     iou_threshold, score_threshold, selected, count)``, the CPU form's
-    signature, rows, order and IoU arithmetic.
+    signature, rows, order and IoU arithmetic, by bit masks:
 
-    Selection is one launch of one work group per (batch, class): the
-    group gathers the candidates (score above the threshold) into scratch
-    in order (a prefix sum per tile of ``THREADS`` boxes), sorts them by
-    descending score, then index (bitonic network), computes their extents,
-    and visits them in order: a candidate not yet suppressed is kept, and
-    the group's work items then mark every later candidate it suppresses,
-    in parallel, ending with a barrier. It stops after
-    ``max_output_boxes_per_class`` kept. A second launch (one group) turns
-    the kept counts into row offsets and writes ``count`` (at most
-    ``upper``); a third copies each class's kept boxes to its rows.
+    1. one work group per (batch, class) gathers the candidates (score above
+       the threshold) in box order (a prefix sum per tile of ``THREADS``
+       boxes), sorts them by descending score, then index (bitonic network),
+       and computes their extents;
+    2. one work group per (class, candidate i), a work item per word w of
+       32 candidates, sets bit b of ``masks[i, w]`` when candidate
+       ``32 w + b``, later than i, overlaps i past the threshold: every IoU
+       of a class at once;
+    3. one work group per class walks the candidates in order, 32 at a time:
+       one work item settles the 32 against the suppression bits so far and
+       their own masks (a candidate is kept unless a kept one suppresses it,
+       as in the greedy pass), then every work item ORs the masks of the
+       chunk's kept candidates into the later words. It stops after
+       ``max_output_boxes_per_class`` kept.
+
+    A fourth launch (one group) turns the kept counts into row offsets and
+    writes ``count`` (at most ``upper``); a fifth copies each class's kept
+    boxes to its rows. The masks take ``n * ceil(n / 32)`` words per class
+    of ``n`` boxes, as device workspace.
     """
     # The CPU form's extents and IoU test (``count``), so that decisions
     # match it bit for bit.
@@ -232,17 +243,24 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
         boxes, scores, max_out, iou_thr, score_thr, selected, count = nms_params(b_, n_, c_, upper)
         classes = b_ * c_
         entries = tirx.max(classes * n_, i64(1))
+        words = ceildiv(n_, i64(_WORD))
 
         def scratch(shape, dtype):
             return T.buffer_proxy(T.alloc_buffer(shape, dtype, scope="global"))
 
         # Per (batch, class), n_ entries from g * n_: the candidates' scores,
-        # box indices, extents, whether suppressed; then the kept boxes.
+        # box indices and extents, then the kept boxes; per class its
+        # candidate and kept counts; per candidate its mask words; per class
+        # the suppression bits of its candidates.
         keys, ids = scratch((entries,), "float32"), scratch((entries,), "int64")
-        extents, suppressed = scratch((entries, 5), "float32"), scratch((entries,), "int32")
-        kept = scratch((entries,), "int64")
-        kept_counts = scratch((tirx.max(classes, i64(1)),), "int64")
-        offsets = scratch((tirx.max(classes, i64(1)),), "int64")
+        extents, kept = scratch((entries, 5), "float32"), scratch((entries,), "int64")
+        per_class = tirx.max(classes, i64(1))
+        candidate_counts, kept_counts = scratch((per_class,), "int64"), scratch((per_class,), "int64")
+        offsets = scratch((per_class,), "int64")
+        masks = scratch((tirx.max(classes * n_ * words, i64(1)),), "uint32")
+        removed = scratch((tirx.max(classes * words, i64(1)),), "uint32")
+        chunk = (scratch((per_class * _WORD,), "uint32"), scratch((per_class * _WORD,), "int32"),
+                 scratch((per_class,), "int64"))
 
         with launch(classes) as (g, thread):
             b, c = T.bind(tirx.floordiv(g, c_)), T.bind(tirx.floormod(g, c_))
@@ -254,17 +272,26 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
                 sp, sq = keys[base + p], keys[base + q]
                 return tirx.Or(sp > sq, tirx.And(sp == sq, ids[base + p] < ids[base + q]))
 
-            swap = pair_swap(keys, ids, base)
-
-            group_sort(before, swap, candidates, thread)
+            group_sort(before, pair_swap(keys, ids, base), candidates, thread)
             with strided(candidates, thread) as j:
                 box = T.bind(ids[base + j])
                 for q, x in enumerate(box_extents([boxes[b, box, q] for q in range(4)], center_point_box)):
                     extents[base + j, q] = x
-                suppressed[base + j] = 0
-            group_barrier()
-            kept_count = _select(extents, suppressed, ids, kept, base, candidates, max_out[0],
-                                 iou_thr[0], thread)
+            with T.If(thread == 0):
+                with T.Then():
+                    candidate_counts[g] = candidates
+
+        with launch(classes * n_) as (row, thread):
+            # (By max(n_, 1): TVM hoists bounds of these to the host, where
+            # n_ = 0 would divide by zero though nothing is launched.)
+            rows = tirx.max(n_, i64(1))
+            g, i = T.bind(tirx.floordiv(row, rows)), T.bind(tirx.floormod(row, rows))
+            with strided(words, thread) as w:
+                _overlap_word(extents, g * n_, i, w, candidate_counts[g], iou_thr[0], masks, row * words + w)
+
+        with launch(classes) as (g, thread):
+            kept_count = _select_by_masks(masks, removed, chunk, ids, kept, g, n_, words, candidate_counts[g],
+                                          max_out[0], thread)
             with T.If(thread == 0):
                 with T.Then():
                     kept_counts[g] = kept_count
@@ -303,33 +330,77 @@ def _gather_candidates(scores, b, c, boxes, threshold, keys, ids, base, thread):
     return candidates[0]
 
 
-def _select(extents, suppressed, ids, kept, base, candidates, limit, iou_threshold, thread):
-    """The greedy pass over the sorted candidates of one class: returns the
-    number kept (a uniform local), their box indices in ``kept`` from
-    ``base``. Whether candidate i is suppressed is read by every work item
-    alike, so the branch and its barrier are uniform; only a kept candidate
-    costs a barrier."""
-    kept_count = local("int64", 0)
-    i = local("int64", 0)
-    with T.While(tirx.all(i[0] < candidates, kept_count[0] < limit)):
-        with T.If(suppressed[base + i[0]] == 0):
-            with T.Then():
-                with T.If(thread == 0):
+def _overlap_word(extents, base, i, w, candidates, iou_threshold, masks, word) -> None:
+    """Writes ``masks[word]``: bit b set when candidate ``32 w + b`` of the
+    class whose entries start at ``base``, later than candidate ``i``,
+    overlaps it past the threshold (the CPU form's test, ``i`` the kept box)."""
+    bits = local("uint32", 0)
+    with T.If(i < candidates):
+        with T.Then():
+            keeper = [T.bind(extents[base + i, q]) for q in range(5)]
+            with T.serial(0, _WORD) as bit:
+                j = T.bind(w * _WORD + bit)
+                with T.If(tirx.all(j > i, j < candidates)):
                     with T.Then():
-                        kept[base + kept_count[0]] = ids[base + i[0]]
-                kept_count[0] = kept_count[0] + 1
-                keeper = [T.bind(extents[base + i[0], q]) for q in range(5)]
-                later = T.bind(i[0] + 1)
-                with strided(candidates - later, thread) as r:
-                    j = T.bind(base + later + r)
-                    with T.If(suppressed[j] == 0):
+                        overlapping = local("bool", tirx.const(False))
+                        suppress_if_overlapping(keeper, [extents[base + j, q] for q in range(5)], iou_threshold,
+                                                overlapping)
+                        with T.If(overlapping[0]):
+                            with T.Then():
+                                bits[0] = bits[0] | (tirx.const(1, "uint32") << tirx.Cast("uint32", bit))
+    masks[word] = bits[0]
+
+
+def _select_by_masks(masks, removed, chunk, ids, kept, g, boxes, words, candidates, limit, thread):
+    """The greedy pass of class ``g`` over its sorted candidates, 32 at a
+    time, from their overlap masks; returns the number kept (uniform), their
+    box indices in ``kept`` from ``g * boxes``. ``removed`` holds the class's
+    suppression bits (word w: the candidates kept ones suppress); ``chunk``
+    the class's view of the 32 being settled (global scratch, not shared
+    memory: TVM's ThreadSync cannot place the barriers of shared memory used
+    in a while loop)."""
+    chunk_masks, kept_in_chunk, kept_so_far = chunk
+    at = T.bind(g * _WORD)
+    with strided(words, thread) as w:
+        removed[g * words + w] = tirx.const(0, "uint32")
+    kept_count = local("int64", 0)
+    current = local("int64", 0)
+    group_barrier()
+    with T.While(tirx.all(current[0] * _WORD < candidates, kept_count[0] < limit)):
+        first = T.bind(current[0] * _WORD)
+        with T.If(thread < _WORD):
+            with T.Then():
+                i = T.bind(first + thread)
+                chunk_masks[at + thread] = tirx.if_then_else(
+                    i < candidates, masks[(g * boxes + i) * words + current[0]], tirx.const(0, "uint32"))
+        group_barrier()
+        with T.If(thread == 0):  # the 32 in order, as the greedy pass visits them
+            with T.Then():
+                word = local("uint32", removed[g * words + current[0]])
+                settled = local("int64", kept_count[0])
+                with T.serial(0, _WORD) as bit:
+                    i = T.bind(first + bit)
+                    suppressed = T.bind((word[0] >> tirx.Cast("uint32", bit)) & tirx.const(1, "uint32"))
+                    is_kept = T.bind(tirx.all(i < candidates, settled[0] < limit,
+                                              suppressed == tirx.const(0, "uint32")))
+                    kept_in_chunk[at + bit] = tirx.Cast("int32", is_kept)
+                    with T.If(is_kept):
                         with T.Then():
-                            overlapping = local("bool", tirx.const(False))
-                            suppress_if_overlapping(keeper, [extents[j, q] for q in range(5)],
-                                                     iou_threshold, overlapping)
-                            with T.If(overlapping[0]):
-                                with T.Then():
-                                    suppressed[j] = 1
-                group_barrier()
-        i[0] = i[0] + 1
+                            kept[g * boxes + settled[0]] = ids[g * boxes + i]
+                            settled[0] = settled[0] + 1
+                            word[0] = word[0] | chunk_masks[at + bit]
+                kept_so_far[g] = settled[0]
+        group_barrier()
+        kept_count[0] = kept_so_far[g]
+        later = T.bind(current[0] + 1)
+        with strided(words - later, thread) as r:  # what the chunk's kept suppress further on
+            w = T.bind(later + r)
+            bits = local("uint32", removed[g * words + w])
+            with T.serial(0, _WORD) as bit:
+                with T.If(kept_in_chunk[at + bit] != 0):
+                    with T.Then():
+                        bits[0] = bits[0] | masks[(g * boxes + first + bit) * words + w]
+            removed[g * words + w] = bits[0]
+        group_barrier()
+        current[0] = current[0] + 1
     return kept_count[0]
