@@ -49,16 +49,17 @@ def test_a_models_json_has_every_key_and_no_pytorch_figures_off_cuda():
         assert call["per_input"]["kernel_calls"] > 0
 
 
-@pytest.mark.parametrize("benchmark", ["models", "copy_elimination"])
-def test_cuda_without_a_gpu_is_said_on_one_line_and_exits_0(benchmark):
+# (Not "benchmark": pytest-benchmark, where installed, owns that fixture name.)
+@pytest.mark.parametrize("name", ["models", "copy_elimination"])
+def test_cuda_without_a_gpu_is_said_on_one_line_and_exits_0(name):
     if shapefn.tvm_device_exists("cuda"):
         pytest.skip("this machine has a CUDA GPU")
-    proc = subprocess.run([sys.executable, "-m", "shapefn.bench", benchmark, "--device", "cuda", "--json"],
+    proc = subprocess.run([sys.executable, "-m", "shapefn.bench", name, "--device", "cuda", "--json"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0
     assert proc.stdout == ""
     assert proc.stderr.splitlines() == [
-        f"{benchmark}: no CUDA GPU found (TVM's CUDA runtime reaches no device 'cuda'): nothing measured"]
+        f"{name}: no CUDA GPU found (TVM's CUDA runtime reaches no device 'cuda'): nothing measured"]
 
 
 def test_pytorch_is_fed_the_images_shapefn_is():

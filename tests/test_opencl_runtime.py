@@ -280,6 +280,11 @@ def test_a_host_kernel_given_device_memory_fails_instead_of_reading_it():
     out = fb.alloc_tensor("device", fb.shape_of(x), "float32")
     fb.invoke_kernel(pb.kernel("scale"), [x, fb.load_int(3), out])
     fb.ret(out)
-    vm = shapefn.VirtualMachine(pb.build(library=kernels.build({"scale": kernels.scale()})), "opencl")
+    library = kernels.build({"scale": kernels.scale()})
+    # The executable says its kernels are CPU code: the VM refuses the device.
+    with pytest.raises(ValueError, match="compiled for the CPU .* cannot run on device 'opencl:0'"):
+        shapefn.VirtualMachine(pb.build(library=library), "opencl")
+    # Where nothing says so (device_code ""), the kernel's own check refuses.
+    vm = shapefn.VirtualMachine(pb.build(library=library, device_code=""), "opencl")
     with pytest.raises(ValueError, match=r"kernel 'scale' failed: ValueError: .*device_type"):
         vm(np.arange(4, dtype=np.float32))

@@ -456,6 +456,6 @@ def test_a_host_loop_around_a_launch_is_refused():
             for _t in T.thread_binding(1, thread="threadIdx.x"):
                 B[i] = A[i] * T.float32(2)
 
-    message = "kernel 'twice' cannot run on the cuda device: it launches GPU threads inside a host loop"
+    message = "kernel 'twice' cannot run on the cuda device: it launches one GPU thread per iteration of a host loop"
     with pytest.raises(target_schedule.KernelPlacementError, match=message):
         target_schedule.schedule({"twice": launch_per_element}, tvm.target.Target("cuda", host="llvm"))

@@ -23,8 +23,9 @@ that never happens.
   (``_FullReduction``): one thread block folding the elements, its threads
   combined by TVM's cross-thread reduction.
 * Every device kernel is then checked: a buffer access to memory that is
-  not thread-local outside any GPU thread, a host loop around a launch (a
-  launch per iteration), or a call of a packed function (host code), raises
+  not thread-local outside any GPU thread, a host loop around launches of
+  one thread (serial work a launch at a time), or a call of a packed
+  function (host code), raises
   ``KernelPlacementError`` naming the kernel.
 """
 from __future__ import annotations
@@ -361,11 +362,30 @@ def _launches(stmt: tirx.Stmt) -> bool:
     return bool(found)
 
 
+def _one_thread(stmt: tirx.Stmt) -> bool:
+    """Whether every launch in ``stmt`` is of one thread in one block: a
+    loop around such launches does serial work a launch at a time. (A loop
+    of parallel launches, as the steps of a sort across work groups, is a
+    GPU algorithm: its trip count grows with the log of the data.)"""
+    extents = []
+
+    def attr(node):
+        if node.attr_key in _THREAD_SCOPES:
+            extents.append(node.value)
+
+    def loop(node):
+        if node.kind == tirx.ForKind.THREAD_BINDING:
+            extents.append(node.extent)
+
+    tvm_ffi.structural_walk(stmt, [(tirx.AttrStmt, attr), (tirx.For, loop)])
+    return all(isinstance(e, tirx.IntImm) and e.value == 1 for e in extents)
+
+
 def _host_work(func: tirx.PrimFunc) -> list[str]:
     """What in a device kernel would run on the host and cannot or should
     not: accesses to memory that is not thread-local outside every GPU
-    thread, loops on the host around a launch (a launch per iteration), and
-    packed calls anywhere."""
+    thread, loops on the host around launches of one thread (serial work a
+    launch at a time), and packed calls anywhere."""
     problems = []
 
     def attr(node):
@@ -374,8 +394,8 @@ def _host_work(func: tirx.PrimFunc) -> list[str]:
     def loop(node):
         if node.kind == tirx.ForKind.THREAD_BINDING:
             return tvm_ffi.WalkResult.SKIP
-        if _launches(node.body):
-            problems.append("launches GPU threads inside a host loop (one launch per iteration)")
+        if _launches(node.body) and _one_thread(node.body):
+            problems.append("launches one GPU thread per iteration of a host loop")
             return tvm_ffi.WalkResult.SKIP
         return None
 
