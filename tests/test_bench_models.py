@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from test_cli import positive_model
 
 import shapefn
 from shapefn.bench import models, torch_eager
@@ -23,18 +23,6 @@ RESULT_KEYS = {"device", "compile_cold_s", "kernels_built_cold", "compile_warm_s
                "onnxruntime_threads", "calls"}
 CALL_KEYS = {"inputs", "first_inference_s", "per_op", "per_input", "wall_s", "onnxruntime_wall_s", "ratio", "ratios"}
 TORCH_KEYS = {"torch_eager_wall_s", "torch_eager_first_inference_s", "torch_eager_ratio"}
-
-
-def positive_model():
-    """``y = relu(x) * 2`` and the indices of x's positive entries."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
-    where = helper.make_tensor_value_info("where", TensorProto.INT64, [2, "k"])
-    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
-    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "two"], ["y"]),
-             helper.make_node("NonZero", ["r"], ["where"])]
-    graph = helper.make_graph(nodes, "positive", [x], [y, where], initializer=[two])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
 def test_a_models_json_has_every_key_and_no_pytorch_figures_off_cuda():

@@ -77,11 +77,13 @@ def fatbin_contents(cuda) -> dict:
             return subprocess.run([tool, option, path], capture_output=True, text=True, check=True).stdout
 
         elf, ptx, text = listing("--list-elf"), listing("--list-ptx"), listing("--list-text")
+        ptx_code = listing("--dump-ptx")
     sass = {arch: set() for arch in re.findall(r"\.(sm_\w+)\.cubin$", elf, re.M)}
     # "SASS text section 3 : x-multiply33_kernel.sm_80.elf.bin"
     for name, arch in re.findall(r": x-(\w+)\.(sm_\w+)\.elf\.bin$", text, re.M):
         sass[arch].add(name)
-    return {"sass": sass, "ptx": re.findall(r"\.(sm_\w+)\.ptx$", ptx, re.M)}
+    entries = dict(re.findall(r"\.entry (\w+)\((.*?)\n\}", ptx_code, re.S))
+    return {"sass": sass, "ptx": re.findall(r"\.(sm_\w+)\.ptx$", ptx, re.M), "ptx_entries": entries}
 
 
 def profiling_example():
@@ -152,7 +154,8 @@ def assert_same_program(sim, cuda):
 def assert_device_kernels_are_sass(cuda, archs):
     """Executable ``cuda``'s fatbin has SASS of every kernel it invokes on
     the device for each of ``archs`` (and no other), PTX for the oldest, and
-    nothing of its host kernels, which are host code."""
+    nothing of its host kernels, which are host code; every kernel is
+    parallel."""
     contents = fatbin_contents(cuda)
     assert sorted(contents["sass"]) == sorted(archs)
     assert contents["ptx"] == [archs[0]]
@@ -166,6 +169,11 @@ def assert_device_kernels_are_sass(cuda, archs):
         assert not any(e.startswith(tuple(host)) for e in entries)
     for name in host:
         assert cuda.library.implements_function(name, query_imports=False)
+    # No serial device kernel: every entry reads a thread or block index
+    # (TVM drops the index of a one-thread launch, as in a host loop of them).
+    assert contents["ptx_entries"]
+    serial = [e for e, body in contents["ptx_entries"].items() if "%tid." not in body and "%ctaid." not in body]
+    assert not serial, serial
 
 
 def assert_runs_on_a_cuda_gpu_like_sim(sim, cuda, calls):

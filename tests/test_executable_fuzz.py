@@ -238,6 +238,7 @@ def parse(blob: bytes, library_is_free: bool = True) -> Layout:
                 take("q", "carried")  # output rank
     for _ in range(take("I", "count")):  # host CPU features
         string()  # host CPU feature
+    string()  # device code
     tables["c"] = take("I", "count")
     for _ in range(tables["c"]):
         code, bits, _ = dtype()

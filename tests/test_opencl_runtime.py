@@ -192,16 +192,20 @@ def test_without_an_opencl_driver_shapefn_imports_and_says_what_to_install(envir
     assert error_line.startswith("ValueError no OpenCL device: ") and re.search(reason, error_line)
 
 
-@opencl
-def test_vms_in_threads_share_the_device():
-    lib = gpu_library({"affine": affine()})
+def affine_program():
+    """``main(x) = 2 x + 1`` on the device, a kernel of an OpenCL library."""
     pb = ProgramBuilder()
     fb = pb.function("main", [Param("x", "float32", ["n", "m"])])
     (x,) = fb.args
     out = fb.alloc_tensor("device", fb.shape_of(x), "float32")
     fb.invoke_kernel(pb.kernel("affine"), [x, fb.load_int(2), fb.load_int(1), out])
     fb.ret(out)
-    exe = pb.build(library=lib)
+    return pb.build(library=gpu_library({"affine": affine()}))
+
+
+@opencl
+def test_vms_in_threads_share_the_device():
+    exe = affine_program()
     errors = []
 
     def work(seed):
@@ -214,11 +218,7 @@ def test_vms_in_threads_share_the_device():
         except Exception as e:  # noqa: BLE001 - reported by the main thread
             errors.append(e)
 
-    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(work, seeds=range(4))
     assert not errors, errors
 
 
@@ -228,14 +228,7 @@ def test_profiled_calls_are_ordered_with_the_devices_other_work():
     still reads what an unprofiled call left queued, later calls read what it
     wrote, and the runtime counts the same work as for an unprofiled call.
     Calls in other threads, profiled or not, share the device meanwhile."""
-    lib = gpu_library({"affine": affine()})
-    pb = ProgramBuilder()
-    fb = pb.function("main", [Param("x", "float32", ["n", "m"])])
-    (x,) = fb.args
-    out = fb.alloc_tensor("device", fb.shape_of(x), "float32")
-    fb.invoke_kernel(pb.kernel("affine"), [x, fb.load_int(2), fb.load_int(1), out])
-    fb.ret(out)
-    exe = pb.build(library=lib)
+    exe = affine_program()
     vm = shapefn.VirtualMachine(exe, "opencl")
     x = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)
     vm(x)  # warm: the kernel is built
@@ -262,11 +255,7 @@ def test_profiled_calls_are_ordered_with_the_devices_other_work():
         except Exception as e:  # noqa: BLE001 - reported by the main thread
             errors.append(e)
 
-    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(work, seeds=range(4))
     assert not errors, errors
 
 
@@ -288,3 +277,12 @@ def test_a_host_kernel_given_device_memory_fails_instead_of_reading_it():
     vm = shapefn.VirtualMachine(pb.build(library=library, device_code=""), "opencl")
     with pytest.raises(ValueError, match=r"kernel 'scale' failed: ValueError: .*device_type"):
         vm(np.arange(4, dtype=np.float32))
+
+
+def run_in_threads(work, seeds) -> None:
+    """``work(seed)`` for each seed, each in a thread of its own, all at once."""
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in seeds]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()

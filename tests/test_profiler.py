@@ -182,14 +182,9 @@ def test_sim_copies_take_their_modelled_time_on_the_device_track(models):
     assert report.totals["modelled_wait_us"] >= 3 * latency * 1e6 * 0.99
 
 
-def test_tvm_device_work_is_timed_by_tvms_device_timer(models):
-    """TVM's CPU DeviceAPI stands in for CUDA: each kernel and copy is timed
-    through the timer TVM registers for the device (``runtime.timer.cpu``
-    here, ``runtime.timer.cuda``'s CUDA events on a GPU), called through
-    TVM's virtual interface, as on CUDA; nothing is modelled."""
-    exe = models("sim")
-    vm = shapefn.VirtualMachine(exe, "cpu")
-    args = model_args()
+def profiled_as_unprofiled(vm, args):
+    """The report of a profiled call after a warm one (kernels built, pools
+    filled); asserts that it counted what an unprofiled call counts."""
     vm(*args)
     vm.reset_counters()
     vm(*args)
@@ -197,6 +192,16 @@ def test_tvm_device_work_is_timed_by_tvms_device_timer(models):
     vm.reset_counters()
     report = vm.profile(*args)
     assert report.counters == vm.counters == unprofiled
+    return report
+
+
+def test_tvm_device_work_is_timed_by_tvms_device_timer(models):
+    """TVM's CPU DeviceAPI stands in for CUDA: each kernel and copy is timed
+    through the timer TVM registers for the device (``runtime.timer.cpu``
+    here, ``runtime.timer.cuda``'s CUDA events on a GPU), called through
+    TVM's virtual interface, as on CUDA; nothing is modelled."""
+    args = model_args()
+    report = profiled_as_unprofiled(shapefn.VirtualMachine(models("sim"), "cpu"), args)
     for got, want in zip(as_tuple(report.outputs), model_reference(*args), strict=True):
         np.testing.assert_array_equal(got, want)
     device = [e for e in report.events if e.track == "device"]
@@ -216,14 +221,7 @@ def test_opencl_kernels_and_copies_are_timed_on_the_device(models):
     issued it; syncs are the host's wait (measured), and profiling adds no
     sync or copy to the call."""
     args = model_args()
-    vm = shapefn.VirtualMachine(models("opencl"), "opencl")
-    vm(*args)  # warm: kernels built, pools filled
-    vm.reset_counters()
-    vm(*args)
-    unprofiled = vm.counters
-    vm.reset_counters()
-    report = vm.profile(*args)
-    assert report.counters == vm.counters == unprofiled
+    report = profiled_as_unprofiled(shapefn.VirtualMachine(models("opencl"), "opencl"), args)
     for got, want in zip(as_tuple(report.outputs), model_reference(*args), strict=True):
         np.testing.assert_array_equal(got, want)
     assert report.device == "opencl:0"

@@ -56,8 +56,8 @@ void LoadCudaRuntime() {
   const std::filesystem::path dir = TvmRuntimeDir();
   // A copy beside TVM's runtime (a bundle's) comes first, then the system's.
   if (Open((dir / kCudaRuntime).string(), RTLD_GLOBAL) == nullptr && Open(kCudaRuntime, RTLD_GLOBAL) == nullptr) {
-    Fail(ErrorKind::kRuntime, std::string("device 'cuda': no CUDA 13 runtime (") + kCudaRuntime +
-                                  " is neither in " + dir.string() + " nor on the library path: " + LastDlError() +
+    Fail(ErrorKind::kRuntime, std::string("device 'cuda': no CUDA 13 runtime (") + kCudaRuntime + " is neither in " +
+                                  dir.string() + " nor on the library path: " + LastDlError() +
                                   "). Install the CUDA 13 toolkit or PyPI's nvidia-cuda-runtime, or run a "
                                   "bundle made by 'shapefn bundle', which carries it");
   }

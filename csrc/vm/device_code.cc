@@ -15,8 +15,8 @@ namespace shapefn {
 namespace {
 
 constexpr std::pair<DLDeviceType, const char*> kCodeKinds[] = {
-    {kDLCPU, "cpu"},       {kDLCUDA, "cuda"},   {kDLOpenCL, "opencl"}, {kDLVulkan, "vulkan"},
-    {kDLMetal, "metal"},   {kDLROCM, "rocm"},   {kDLExtDev, "ext_dev"}};
+    {kDLCPU, "cpu"},     {kDLCUDA, "cuda"}, {kDLOpenCL, "opencl"}, {kDLVulkan, "vulkan"},
+    {kDLMetal, "metal"}, {kDLROCM, "rocm"}, {kDLExtDev, "ext_dev"}};
 
 std::string Describe(const std::string& device_code) {
   return device_code == "cpu" ? "the CPU (devices 'host' and 'sim')" : "'" + device_code + "'";
@@ -46,11 +46,10 @@ std::string DeviceCodeOfName(const std::string& name) {
 
 void RequireDeviceCode(const Executable& exe, const std::string& device_code, const std::string& device_name) {
   if (exe.device_code().empty() || exe.device_code() == device_code) return;
-  Fail(ErrorKind::kValue, "the executable was compiled for " + Describe(exe.device_code()) + " and cannot run on device '" +
-                              device_name + "', which runs code for " + Describe(device_code) +
-                              ": compile it for that device, or run it on a " +
-                              (exe.device_code() == "cpu" ? std::string("'host' or 'sim'") : "'" + exe.device_code() + "'") +
-                              " device");
+  Fail(ErrorKind::kValue,
+       "the executable was compiled for " + Describe(exe.device_code()) + " and cannot run on device '" + device_name +
+           "', which runs code for " + Describe(device_code) + ": compile it for that device, or run it on a " +
+           (exe.device_code() == "cpu" ? std::string("'host' or 'sim'") : "'" + exe.device_code() + "'") + " device");
 }
 
 }  // namespace shapefn
