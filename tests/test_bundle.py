@@ -20,12 +20,15 @@ from conftest import opencl
 from shapefn import ExecutableFormatError
 from shapefn.bundle import bundle
 
-# What the operating system provides (glibc and the C++ runtime).
+# What the operating system provides (glibc and the C++ runtime; the
+# sanitizers' runtimes, which a build with SHAPEFN_SANITIZE=ON links).
 SYSTEM_LIBRARIES = ("linux-vdso", "libc.so", "libm.so", "libdl.so", "libpthread.so", "librt.so", "ld-linux",
-                    "libstdc++.so", "libgcc_s.so")
+                    "libstdc++.so", "libgcc_s.so", "libasan.so", "libubsan.so")
 # An empty environment but for the PATH of system tools, which PoCL needs (it
-# links the kernels it compiles with the system's ld).
-BARE_ENVIRONMENT = {"PATH": "/usr/bin:/bin"}
+# links the kernels it compiles with the system's ld), and the sanitizers'
+# settings where tools/sanitize-pytest runs the tests.
+BARE_ENVIRONMENT = {"PATH": "/usr/bin:/bin",
+                    **{k: os.environ[k] for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS") if k in os.environ}}
 
 
 @pytest.fixture(scope="module")
