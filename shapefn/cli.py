@@ -267,10 +267,10 @@ def _bundle(args) -> None:
     from .bundle import bundle
 
     _existing(args.executable, "executable")
-    target = Path(args.directory)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise UsageError(f"{target} exists and is not an empty folder")
-    print(bundle(args.executable, target))
+    try:
+        print(bundle(args.executable, args.directory))
+    except FileExistsError as e:  # a folder in use: a usage error, not a failed bundle
+        raise UsageError(str(e)) from e
 
 
 _DEVICE_DETAILS = ("device", "platform", "compute_units", "global_mem_bytes")

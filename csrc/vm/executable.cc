@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -282,6 +283,8 @@ void Executable::Save(const std::string& path) const {
 }
 
 std::shared_ptr<Executable> Executable::Load(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) Fail(ErrorKind::kValue, "executable '" + path + "' is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) Fail(ErrorKind::kValue, "cannot open executable '" + path + "'");
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -34,7 +34,6 @@
 #include <tvm/ffi/extra/module.h>
 #include <tvm/ffi/function.h>
 
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -81,12 +80,9 @@ inline Program LoadProgram(std::shared_ptr<const Executable> exe, const std::str
 
 // Reads and verifies the executable at `path` and loads its kernel library.
 // Throws Error(kFormat) for a malformed executable and Error(kValue) when
-// the executable is missing, besides the errors of the overload above.
-inline Program LoadProgram(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) Fail(ErrorKind::kValue, "executable '" + path + "' is a directory");
-  return LoadProgram(Executable::Load(path), path);
-}
+// the executable is missing or a directory, besides the errors of the
+// overload above.
+inline Program LoadProgram(const std::string& path) { return LoadProgram(Executable::Load(path), path); }
 
 // The shape functions `exe` calls that it does not carry and this process
 // has not registered. Without Python only the built-in (native C++) ones are
