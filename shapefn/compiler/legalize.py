@@ -143,10 +143,18 @@ def legalize_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
 # time: an index out of range is clamped to the nearest element (onnxruntime
 # raises; a kernel on a GPU device cannot, and TVM's default reads out of
 # bounds, which crashed the process: found by fuzzing).
+# Gathers are injective: each output element reads elements of its inputs
+# found from its own index. TVM's pattern analysis sees a load indexed by a
+# load and calls them opaque, which keeps them out of fusion: an index
+# computation and the gather that uses it would be two kernels.
+_GATHER = {"op_pattern": 2}  # kInjective
+
+
 def legalize_take(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     """``relax.take`` that never reads outside its data."""
     mode = "clip" if str(call.attrs.mode) == "fast" else str(call.attrs.mode)
-    return bb.call_te(topi.take, call.args[0], call.args[1], call.attrs.axis, mode=mode, primfunc_name_hint="take")
+    return bb.call_te(topi.take, call.args[0], call.args[1], call.attrs.axis, mode=mode, primfunc_name_hint="take",
+                      primfunc_attrs=_GATHER)
 
 
 def legalize_gather_nd(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
@@ -167,7 +175,7 @@ def legalize_gather_nd(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
 
         return topi.gather_nd(data, te.compute(coords.shape, clamped, name="coords"), batch_dims)
 
-    return bb.call_te(gather_nd, call.args[0], call.args[1], primfunc_name_hint="gather_nd")
+    return bb.call_te(gather_nd, call.args[0], call.args[1], primfunc_name_hint="gather_nd", primfunc_attrs=_GATHER)
 
 
 def legalize_gather_elements(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
@@ -180,7 +188,8 @@ def legalize_gather_elements(bb: relax.BlockBuilder, call: relax.Call) -> relax.
                              name="clamped")
         return topi.gather(data, axis, clamped)
 
-    return bb.call_te(gather, call.args[0], call.args[1], primfunc_name_hint="gather_elements")
+    return bb.call_te(gather, call.args[0], call.args[1], primfunc_name_hint="gather_elements",
+                      primfunc_attrs=_GATHER)
 
 
 def _clamp(index, extent, dtype: str):

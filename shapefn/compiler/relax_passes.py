@@ -10,8 +10,11 @@ import tvm
 from tvm import relax
 
 from . import target_schedule
+from .dataflow_regions import dataflow_regions
 from .fold_constants import fold_constant_kernels, fold_constant_transposes
+from .fusion_repairs import size_definitions, sizes_before_use, sizes_in_one_shape
 from .legalize import legalize_map
+from .size_reductions import fold_size_reductions
 from .sources import call_tir_rewrite, fuse_ops
 
 
@@ -31,15 +34,19 @@ def _passes(gpu: bool) -> tvm.transform.Pass:
         # A transposed constant weight as a constant, which legalization packs.
         tvm.transform.module_pass(lambda m, _: fold_constant_transposes(m), opt_level=0,
                                   name="FoldConstantTransposes"),
+        # Dataflow blocks between control flow, for FuseOps.
+        tvm.transform.module_pass(lambda m, _: dataflow_regions(m), opt_level=0, name="DataflowRegions"),
         # Folds match_casts made redundant by lowering (their sizes substituted
         # everywhere); FuseTIR would otherwise drop them and leave sizes undefined.
         relax.transform.CanonicalizeBindings(),
+        # min(count, limit) and the like on sizes, as sizes.
+        tvm.transform.module_pass(lambda m, _: fold_size_reductions(m), opt_level=0, name="FoldSizeReductions"),
         relax.transform.LegalizeOps(customize_legalize_map=legalize_map(gpu)),
         relax.transform.AnnotateTIROpPattern(),
         tvm.transform.module_pass(lambda m, _: fold_constant_kernels(m), opt_level=0, name="FoldConstantKernels"),
         relax.transform.FoldConstant(),
         # TVM's FuseOps, each fused call named after its nodes.
-        tvm.transform.module_pass(lambda m, _: fuse_ops(m), opt_level=0, name="FuseOps"),
+        tvm.transform.module_pass(lambda m, _: _fuse(m), opt_level=0, name="FuseOps"),
         relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination(),
         relax.transform.ToNonDataflow(),
@@ -49,3 +56,10 @@ def _passes(gpu: bool) -> tvm.transform.Pass:
         relax.transform.KillAfterLastUse(),
         relax.transform.AttachGlobalSymbol(),
     ])
+
+
+def _fuse(mod: tvm.IRModule) -> tvm.IRModule:
+    """TVM's ``FuseOps`` (each fused call named after its nodes), and the
+    repairs its result needs (``fusion_repairs``)."""
+    definitions = size_definitions(mod)
+    return sizes_before_use(sizes_in_one_shape(fuse_ops(mod)), definitions)
