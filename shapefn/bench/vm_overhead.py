@@ -34,6 +34,7 @@ alone after evicting the CPU caches. ``counts`` holds what one call executes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 
@@ -45,6 +46,7 @@ from .. import registry
 from ..builder import Param, ProgramBuilder
 from ..compiler import cpu_schedule
 from ..compiler.compile import compile as compile_relax
+from ..compiler.relax_passes import without_fusion
 from ..vm import VirtualMachine
 from . import timing
 
@@ -57,8 +59,8 @@ _PY_BROADCAST = "shapefn.bench.broadcast2d"
 # ---- the modules -------------------------------------------------------------
 def elementwise_chain(num_ops: int, dynamic: bool) -> tvm.IRModule:
     """``main(x: float32[n, 4])``: ``num_ops`` alternating ``x * 0.5`` and
-    ``x + 1``, outside a dataflow block so that nothing fuses (each op is a
-    kernel call)."""
+    ``x + 1``, outside a dataflow block so that TVM's pipeline fuses nothing
+    (each op is a kernel call; shapefn's is told so: ``without_fusion``)."""
     bb = relax.BlockBuilder()
     rows = tirx.Var("n", "int64") if dynamic else CHAIN_ROWS
     x = relax.Var("x", relax.TensorType([rows, CHAIN_COLS], "float32"))
@@ -161,8 +163,9 @@ def shape_func_program(op_name: str, count: int):
 
 
 # ---- running ------------------------------------------------------------------
-def _shapefn_main(mod: tvm.IRModule):
-    vm = VirtualMachine(compile_relax(mod, "host"), "host")
+def _shapefn_main(mod: tvm.IRModule, fused: bool = True):
+    with contextlib.nullcontext() if fused else without_fusion():
+        vm = VirtualMachine(compile_relax(mod, "host"), "host")
     return vm, vm["main"]
 
 
@@ -200,7 +203,7 @@ def _add_chains(cases: _Cases, num_ops: int, x: np.ndarray) -> None:
     x_tvm = tvm.runtime.tensor(x)
     for kind, dynamic in (("static", False), ("dynamic", True)):
         mod = elementwise_chain(num_ops, dynamic)
-        vm, sf = _shapefn_main(mod)
+        vm, sf = _shapefn_main(mod, fused=False)
         rx = _relax_main(mod)
         _check(f"shapefn {kind} chain", sf(x), want)
         _check(f"relax {kind} chain", rx(x_tvm), want)

@@ -102,15 +102,18 @@ class _Calls(relax.PyExprMutator):
 def size_definitions(mod: tvm.IRModule) -> dict:
     """Each size a ``match_cast`` defines, by the variable of the first
     ``match_cast`` that names it, in program order (before fusion moves
-    bindings: ``FuseOps`` keeps ``match_cast`` bindings as they are)."""
+    bindings: ``FuseOps`` keeps ``match_cast`` bindings as they are); not
+    those the function's parameters define."""
     definitions: dict = {}
     for func in mod.functions.values():
         if isinstance(func, relax.Function) and not _is_primitive(func):
+            given = {size for param in func.params for size in relax.analysis.definable_tir_vars_in_type(param.ty)}
             for block in func.body.blocks:
                 for binding in block.bindings:
                     if isinstance(binding, relax.MatchCast):
                         for size in relax.analysis.tir_vars_in_type(binding.ty):
-                            definitions.setdefault(size, binding.var)
+                            if size not in given:
+                                definitions.setdefault(size, binding.var)
     return definitions
 
 

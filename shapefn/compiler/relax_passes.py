@@ -63,3 +63,13 @@ def _fuse(mod: tvm.IRModule) -> tvm.IRModule:
     repairs its result needs (``fusion_repairs``)."""
     definitions = size_definitions(mod)
     return sizes_before_use(sizes_in_one_shape(fuse_ops(mod)), definitions)
+
+
+def without_fusion() -> tvm.transform.PassContext:
+    """The current pass context with TVM's cap on a fused group's size at one
+    operation: each operation its own kernel (shapefn fuses the pure
+    operations of a function whether or not they are in a dataflow block)."""
+    current = tvm.transform.PassContext.current()
+    return tvm.transform.PassContext(opt_level=current.opt_level, required_pass=current.required_pass,
+                                     disabled_pass=current.disabled_pass, instruments=current.instruments,
+                                     config={**current.config, "relax.FuseOps.max_depth": 1})
