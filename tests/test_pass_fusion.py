@@ -13,7 +13,7 @@ from tvm import relax, te, tirx
 import shapefn
 from conftest import DEVICES
 from shapefn.compiler.dataflow_regions import dataflow_regions
-from shapefn.compiler.fusion_repairs import _defined_before_use, size_definitions, sizes_in_one_shape
+from shapefn.compiler.fusion_repairs import MAX_KERNEL_NAME, _defined_before_use, size_definitions, sizes_in_one_shape
 from shapefn.frontend import from_onnx
 
 F = TensorProto.FLOAT
@@ -124,3 +124,22 @@ def test_bindings_are_reordered_so_sizes_are_defined_before_use():
     reordered = _defined_before_use(relax.DataflowBlock([first, uses, defines, last]), definitions)
     assert [b.var for b in reordered.bindings] == [first.var, defines.var, uses.var, last.var]
     assert _defined_before_use(block, definitions).same_as(block)
+
+
+def test_fused_kernels_have_short_names():
+    """A fused function is named after all its operations; PoCL aborts the
+    process on a kernel name that does not fit in a file name."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([tirx.Var("n", "int64")], "float32"))
+    with bb.function("main", [x]):
+        y = x
+        for i in range(40):
+            y = bb.emit((relax.op.add if i % 2 else relax.op.multiply)(y, relax.const(1.0 + i / 64, "float32")))
+        bb.emit_func_output(y)
+    exe = shapefn.compile(bb.get(), "sim")
+    assert len(exe.kernel_names) == 1 and len(exe.kernel_names[0]) <= MAX_KERNEL_NAME
+    value = np.linspace(-1, 1, 9, dtype=np.float32)
+    want = value.copy()
+    for i in range(40):
+        want = want + np.float32(1.0 + i / 64) if i % 2 else want * np.float32(1.0 + i / 64)
+    np.testing.assert_allclose(shapefn.VirtualMachine(exe, "sim")(value).numpy(), want, rtol=1e-5)

@@ -17,9 +17,15 @@ that defines a size its later kernels use ends up called before the size
 is defined. Each dataflow block's bindings are put back in an order where
 every variable and size is defined before its use, the original order
 wherever that allows.
+
+``short_names``: fused functions, and with them their kernels, named by
+their operations in full ("fused_shape_to_tensor23_less4_take7_...", 300
+characters in Faster R-CNN), shortened.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import heapq
 
 import tvm
@@ -29,8 +35,8 @@ _SCALAR, _SHAPE, _OTHER = "scalar", "shape", "other"
 
 
 def sizes_in_one_shape(mod: tvm.IRModule) -> tvm.IRModule:
-    functions = dict(mod.functions.items())
-    changed: dict[tvm.ir.GlobalVar, tuple[list[str], tvm.ir.GlobalVar]] = {}
+    """Fused functions with scalar and shape parameters take one shape."""
+    changes = {}
     for gv, func in mod.functions.items():
         if not _is_primitive(func):
             continue
@@ -41,19 +47,51 @@ def sizes_in_one_shape(mod: tvm.IRModule) -> tvm.IRModule:
         others = [param for param, kind in zip(func.params, kinds) if kind == _OTHER]
         merged = relax.Function([*others, relax.Var("sizes", relax.ShapeType(sizes))], func.body, func.ret_ty,
                                 func.is_pure, func.attrs, func.span)
-        renamed = tvm.ir.GlobalVar(gv.name_hint)
-        relax.expr._update_type(renamed, relax.FuncType([p.ty for p in merged.params], merged.ret_ty, True))
-        del functions[gv]
-        functions[renamed] = merged
-        changed[gv] = (kinds, renamed)
-    if not changed:
+        changes[gv] = (merged, gv.name_hint, functools.partial(_merged_arguments, kinds))
+    return _replaced(mod, changes)
+
+
+# Longer kernel names are cut (a digest of the whole kept): PoCL aborts the
+# process when it links a kernel whose name does not fit in a file name.
+MAX_KERNEL_NAME = 80
+
+
+def short_names(mod: tvm.IRModule) -> tvm.IRModule:
+    """Fused functions (and so their kernels) named in ``MAX_KERNEL_NAME``
+    characters at most."""
+    changes = {}
+    for gv, func in mod.functions.items():
+        if _is_primitive(func) and len(gv.name_hint) > MAX_KERNEL_NAME:
+            digest = hashlib.sha1(gv.name_hint.encode()).hexdigest()[:8]
+            changes[gv] = (func, f"{gv.name_hint[:MAX_KERNEL_NAME - 9]}_{digest}", None)
+    return _replaced(mod, changes)
+
+
+def _replaced(mod: tvm.IRModule, changes: dict) -> tvm.IRModule:
+    """``mod`` with each function ``gv`` of ``changes`` replaced by
+    ``(function, name, arguments)``: its calls take ``arguments(args)``
+    (the same if None)."""
+    if not changes:
         return mod
+    functions = dict(mod.functions.items())
+    calls = {}
+    for gv, (func, name, arguments) in changes.items():
+        replacement = tvm.ir.GlobalVar(name)
+        relax.expr._update_type(replacement, relax.FuncType([p.ty for p in func.params], func.ret_ty, True))
+        del functions[gv]
+        functions[replacement] = func
+        calls[gv] = (replacement, arguments)
     mod = tvm.IRModule(functions, attrs=mod.attrs)
-    calls = _Calls(changed, mod)
+    rewriter = _Calls(calls, mod)
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function) and not _is_primitive(func):
-            mod[gv] = calls.visit_expr(func)
+            mod[gv] = rewriter.visit_expr(func)
     return mod
+
+
+def _merged_arguments(kinds: list[str], args) -> list:
+    others = [arg for arg, kind in zip(args, kinds) if kind == _OTHER]
+    return [*others, relax.ShapeExpr(_sizes(args, kinds, _shape_values))]
 
 
 def _is_primitive(func) -> bool:
@@ -82,21 +120,21 @@ def _shape_values(shape: relax.Expr) -> list:
 
 @relax.expr_functor.mutator
 class _Calls(relax.PyExprMutator):
-    """Calls of the changed functions with their sizes in one shape."""
+    """Calls of replaced functions: ``calls`` maps each to its replacement
+    and how its arguments change."""
 
-    def __init__(self, changed, mod: tvm.IRModule):
+    def __init__(self, calls: dict, mod: tvm.IRModule):
         super().__init__(mod)
-        self.changed = changed
+        self.calls = calls
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
-        found = self.changed.get(call.op) if isinstance(call.op, tvm.ir.GlobalVar) else None
+        found = self.calls.get(call.op) if isinstance(call.op, tvm.ir.GlobalVar) else None
         if found is None:
             return call
-        kinds, renamed = found
-        others = [arg for arg, kind in zip(call.args, kinds) if kind == _OTHER]
-        sizes = _sizes(call.args, kinds, _shape_values)
-        return relax.Call(renamed, [*others, relax.ShapeExpr(sizes)], call.attrs, call.ty_args, call.span)
+        replacement, arguments = found
+        args = list(call.args) if arguments is None else arguments(call.args)
+        return relax.Call(replacement, args, call.attrs, call.ty_args, call.span)
 
 
 def size_definitions(mod: tvm.IRModule) -> dict:

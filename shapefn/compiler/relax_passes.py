@@ -12,7 +12,7 @@ from tvm import relax
 from . import target_schedule
 from .dataflow_regions import dataflow_regions
 from .fold_constants import fold_constant_kernels, fold_constant_transposes
-from .fusion_repairs import size_definitions, sizes_before_use, sizes_in_one_shape
+from .fusion_repairs import short_names, size_definitions, sizes_before_use, sizes_in_one_shape
 from .legalize import legalize_map
 from .size_reductions import fold_size_reductions
 from .sources import call_tir_rewrite, fuse_ops
@@ -62,7 +62,7 @@ def _fuse(mod: tvm.IRModule) -> tvm.IRModule:
     """TVM's ``FuseOps`` (each fused call named after its nodes), and the
     repairs its result needs (``fusion_repairs``)."""
     definitions = size_definitions(mod)
-    return sizes_before_use(sizes_in_one_shape(fuse_ops(mod)), definitions)
+    return sizes_before_use(short_names(sizes_in_one_shape(fuse_ops(mod))), definitions)
 
 
 def without_fusion() -> tvm.transform.PassContext:

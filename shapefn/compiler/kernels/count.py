@@ -289,6 +289,20 @@ def suppress_if_overlapping(a, b, iou_threshold, suppressed) -> None:
                             suppressed[0] = tirx.const(True)
 
 
+def _first_right_edge_past(kept_extents, held, x):
+    """The first of the ``held`` kept extents (sorted by ``x1``) whose ``x1``
+    is above ``x`` (``held`` if none), by binary search."""
+    lo, hi = local("int64", 0), local("int64", held)
+    with T.While(lo[0] < hi[0]):
+        mid = T.bind(lo[0] + ((hi[0] - lo[0]) >> 1))
+        with T.If(kept_extents[mid, 1] > x):
+            with T.Then():
+                hi[0] = mid
+            with T.Else():
+                lo[0] = mid + 1
+    return lo
+
+
 def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
     """ONNX NonMaxSuppression: ``(boxes, scores, max_output_boxes_per_class,
     iou_threshold, score_threshold, selected, count)``.
@@ -300,10 +314,18 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
     A box is a candidate when its score is strictly above the threshold and
     is suppressed when its IoU with a kept box is strictly above
     ``iou_threshold``. Per class, the candidates' indices are gathered into an
-    N-long scratch buffer and heap-sorted by score, then visited in order,
-    each compared with the boxes kept so far (their extents kept contiguous)
-    until one suppresses it:
-    O(N log N + N * kept). Selection stops when ``upper`` rows are written.
+    N-long scratch buffer and heap-sorted by score, then visited in order.
+    The extents of the boxes kept so far are held sorted by their right edge
+    ``x1``, with the widest one's width: a candidate is compared only with
+    the kept boxes that can overlap it along x (from the first whose ``x1``
+    passes the candidate's ``x0``, by binary search, to the last whose ``x0``
+    can still be left of the candidate's ``x1``) until one suppresses it. A
+    box outside that window cannot suppress it, so the result is the same as
+    comparing with every kept box; torchvision's batched NMS, which offsets
+    each class's boxes apart, compares each candidate with its own class's
+    boxes only. A box whose x extent is NaN can suppress nothing and is not
+    held. O(N log N + N * (log kept + window) + kept^2) moves at worst.
+    Selection stops when ``upper`` rows are written.
     """
     b_, n_, c_ = sizes("d", 3)  # batches, boxes, classes
     upper = tirx.Var("upper", "int64")
@@ -311,7 +333,7 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
         boxes, scores, max_out, iou_thr, score_thr, selected, count = nms_params(b_, n_, c_, upper)
         # (At least one element: a zero-byte workspace request may come back null.)
         order = T.buffer_proxy(T.alloc_buffer((tirx.max(n_, i64(1)),), "int64", scope="global"))
-        # The extents of the boxes a class keeps, in order: read by every candidate.
+        # The extents of the boxes a class keeps, by right edge: read by every candidate.
         kept_extents = T.buffer_proxy(T.alloc_buffer((tirx.max(n_, i64(1)), 5), "float32", scope="global"))
         limit, iou_threshold, threshold = max_out[0], iou_thr[0], score_thr[0]
         total = local("int64", 0)
@@ -335,26 +357,47 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
 
             heap.heap_sort(before, swap, candidates[0])
             kept = local("int64", 0)
+            held = local("int64", 0)  # kept boxes whose extents are held
+            widest = local("float64", tirx.const(0.0, "float64"))
             next_candidate = local("int64", 0)
             with T.While(tirx.all(next_candidate[0] < candidates[0], kept[0] < limit, total[0] < upper)):
                 box = T.bind(order[next_candidate[0]])
                 next_candidate[0] = next_candidate[0] + 1
                 extents = box_extents([boxes[b, box, q] for q in range(4)], center_point_box)
+                x0, x1 = extents[0], extents[1]
                 suppressed = local("bool", tirx.const(False))
-                t = local("int64", 0)
-                with T.While(tirx.And(tirx.Not(suppressed[0]), t[0] < kept[0])):
-                    suppress_if_overlapping([kept_extents[t[0], q] for q in range(5)], extents,
-                                             iou_threshold, suppressed)
-                    t[0] = t[0] + 1
+                t = _first_right_edge_past(kept_extents, held[0], x0)
+                # Kept boxes further on have x0 >= x1 - widest: past the candidate's x1
+                # once that bound is (in float64, with room for rounding).
+                past = local("bool", tirx.const(False))
+                with T.While(tirx.all(tirx.Not(suppressed[0]), tirx.Not(past[0]), t[0] < held[0])):
+                    right = T.bind(tirx.Cast("float64", kept_extents[t[0], 1]))
+                    slack = T.bind((tirx.abs(right) + tirx.abs(tirx.Cast("float64", x1)) + widest[0])
+                                   * tirx.const(1e-6, "float64"))
+                    with T.If(right - widest[0] - slack > tirx.Cast("float64", x1)):
+                        with T.Then():
+                            past[0] = tirx.const(True)
+                        with T.Else():
+                            suppress_if_overlapping([kept_extents[t[0], q] for q in range(5)], extents,
+                                                     iou_threshold, suppressed)
+                            t[0] = t[0] + 1
                 with T.If(tirx.Not(suppressed[0])):
                     with T.Then():
                         selected[total[0], 0] = b
                         selected[total[0], 1] = c
                         selected[total[0], 2] = box
-                        for q in range(5):
-                            kept_extents[kept[0], q] = extents[q]
                         total[0] = total[0] + 1
                         kept[0] = kept[0] + 1
+                        with T.If(tirx.And(x0 == x0, x1 == x1)):  # (not NaN)
+                            with T.Then():
+                                place = _first_right_edge_past(kept_extents, held[0], x1)
+                                with T.serial(0, held[0] - place[0]) as m:
+                                    for q in range(5):
+                                        kept_extents[held[0] - m, q] = kept_extents[held[0] - m - 1, q]
+                                for q in range(5):
+                                    kept_extents[place[0], q] = extents[q]
+                                held[0] = held[0] + 1
+                                widest[0] = tirx.max(widest[0], tirx.Cast("float64", x1) - tirx.Cast("float64", x0))
         count[0] = total[0]
     return ib.get()
 
