@@ -9,6 +9,7 @@ programs (no GPU here: built, not run). Both also run on TVM's
 and default pipeline cannot run them): detections match onnxruntime's, and an
 inference copies and waits exactly as under shapefn's VM."""
 import pathlib
+import re
 
 import numpy as np
 import onnxruntime as ort
@@ -132,6 +133,37 @@ def test_an_inference_moves_the_same_on_sim_and_opencl(compiled, name):
         vm(x)
         counters[device] = {k: vm.counters[k] for k in DEVICE_INDEPENDENT_COUNTERS}
     assert counters["opencl"] == counters["sim"]
+
+
+# Per inference at 320x320 at most (counted; docs/compiler.md, "Fusion"):
+# the operations between control flow fused, host-computed values uploaded
+# inside fused kernels, storage taken per fused kernel.
+FUSED = {"ssdlite320_mobilenet_v3_large": {"kernel_calls": 1155, "h2d_copies": 7, "allocations": 1437},
+         "fasterrcnn_mobilenet_v3_large_320_fpn": {"kernel_calls": 398, "h2d_copies": 13, "allocations": 430}}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_an_inference_runs_fused(compiled, name):
+    vm = compiled.vm(name, "sim")
+    x = image(SIZES[0])
+    vm(x)
+    vm.reset_counters()
+    vm(x)
+    assert {key: vm.counters[key] for key in FUSED[name]} == {
+        key: min(vm.counters[key], most) for key, most in FUSED[name].items()}
+
+
+@opencl
+@pytest.mark.parametrize("name", MODELS)
+def test_opencl_build_has_no_serial_kernel(compiled, name):
+    """Every OpenCL kernel reads a work-item or work-group index: none runs
+    its loops in one work-item (the CUDA builds' PTX is checked the same way)."""
+    (device,) = compiled.executable(name, "opencl")._library.imports
+    kernels = re.findall(r"__kernel\s+void\s+(\w+)\s*\(([^{]*)\)\s*\{(.*?)(?=__kernel\s+void|\Z)",
+                         device.inspect_source(), re.S)
+    assert kernels
+    serial = [kernel for kernel, _, body in kernels if not re.search(r"get_(local|group|global)_id", body)]
+    assert not serial, serial
 
 
 # One model (the one with more kinds of kernels: RoI align, per-level NMS):

@@ -14,7 +14,7 @@ from .dataflow_regions import dataflow_regions
 from .fold_constants import fold_constant_kernels, fold_constant_transposes
 from .fusion_repairs import short_names, size_definitions, sizes_before_use, sizes_in_one_shape
 from .legalize import legalize_map
-from .size_reductions import fold_size_reductions
+from .rewrites import fewer_kernels
 from .sources import call_tir_rewrite, fuse_ops
 
 
@@ -39,8 +39,8 @@ def _passes(gpu: bool) -> tvm.transform.Pass:
         # Folds match_casts made redundant by lowering (their sizes substituted
         # everywhere); FuseTIR would otherwise drop them and leave sizes undefined.
         relax.transform.CanonicalizeBindings(),
-        # min(count, limit) and the like on sizes, as sizes.
-        tvm.transform.module_pass(lambda m, _: fold_size_reductions(m), opt_level=0, name="FoldSizeReductions"),
+        # min(count, limit) and the like on sizes, as sizes; casts to the same dtype dropped.
+        tvm.transform.module_pass(lambda m, _: fewer_kernels(m), opt_level=0, name="FewerKernels"),
         relax.transform.LegalizeOps(customize_legalize_map=legalize_map(gpu)),
         relax.transform.AnnotateTIROpPattern(),
         tvm.transform.module_pass(lambda m, _: fold_constant_kernels(m), opt_level=0, name="FoldConstantKernels"),

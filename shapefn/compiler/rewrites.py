@@ -1,12 +1,16 @@
-"""Reductions of a tensor of sizes, computed on the sizes.
+"""Rewrites before legalization that leave fewer kernels.
 
-Detection models take the smaller of a count and a limit as
+Reductions of a tensor of sizes, computed on the sizes. Detection models take the smaller of a count and a limit as
 ``ReduceMin(Concat(count, limit))``, which TVM imports as ``min`` of a
 ``shape_to_tensor``: a reduction kernel, which nothing fuses with, after a
 kernel that makes the tensor. Here ``min``, ``max``, ``sum`` and ``prod`` of
 all elements of ``shape_to_tensor(sizes)`` become ``shape_to_tensor`` of one
 size expression (reshaped to the reduction's shape): one injective kernel
 that fuses with what uses it.
+
+Casts to the dtype a tensor has are the tensor: TVM legalizes them to a copy
+kernel (torchvision's ``MultiScaleRoIAlign`` casts its float32 result to
+float32).
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ _REDUCTIONS = {"relax.min": tirx.min, "relax.max": tirx.max, "relax.sum": lambda
                "relax.prod": lambda a, b: a * b}
 
 
-def fold_size_reductions(mod: tvm.IRModule) -> tvm.IRModule:
+def fewer_kernels(mod: tvm.IRModule) -> tvm.IRModule:
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
             mod[gv] = _Folding(mod).visit_expr(func)
@@ -30,6 +34,10 @@ def fold_size_reductions(mod: tvm.IRModule) -> tvm.IRModule:
 class _Folding(relax.PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.astype" \
+                and isinstance(call.args[0].ty, relax.TensorType) \
+                and str(call.args[0].ty.dtype) == str(call.attrs.dtype):
+            return call.args[0]
         combine = _REDUCTIONS.get(call.op.name) if isinstance(call.op, tvm.ir.Op) else None
         if combine is None or call.attrs.axis is not None and [int(a) for a in call.attrs.axis] not in ([0], [-1]):
             return call
