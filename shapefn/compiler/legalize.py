@@ -59,7 +59,7 @@ def legalize_map(gpu: bool = False) -> dict:
             "relax.mean": functools.partial(legalize_reduction, op="mean"),
             "relax.take": legalize_take, "relax.gather_nd": legalize_gather_nd,
             "relax.gather_elements": legalize_gather_elements,
-            **({} if gpu else cpu_gemms)}
+            **({"relax.vision.roi_align": legalize_roi_align_gpu} if gpu else cpu_gemms)}
 
 
 def _vector_lanes() -> int:
@@ -79,6 +79,15 @@ def legalize_roi_align(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
                       float(attrs.spatial_scale), int(attrs.sample_ratio), bool(attrs.aligned),
                       str(attrs.mode), primfunc_name_hint="roi_align",
                       primfunc_attrs={cpu_roi_align.ROI_ALIGN_ATTR: True})
+
+
+def legalize_roi_align_gpu(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """TVM's RoIAlign, kept out of fusion as the CPU's is (its own schedule
+    takes no epilogue): a model makes the same kernel calls on every device."""
+    legalized = _default_legalization(bb, call)
+    kernel = legalized.args[0]
+    bb.update_func(kernel, bb.get()[kernel].with_attr("op_pattern", 8))  # kOpaque
+    return legalized
 
 
 def legalize_matmul(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:

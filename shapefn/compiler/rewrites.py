@@ -7,10 +7,6 @@ kernel that makes the tensor. Here ``min``, ``max``, ``sum`` and ``prod`` of
 all elements of ``shape_to_tensor(sizes)`` become ``shape_to_tensor`` of one
 size expression (reshaped to the reduction's shape): one injective kernel
 that fuses with what uses it.
-
-Casts to the dtype a tensor has are the tensor: TVM legalizes them to a copy
-kernel (torchvision's ``MultiScaleRoIAlign`` casts its float32 result to
-float32).
 """
 from __future__ import annotations
 
@@ -34,10 +30,6 @@ def fewer_kernels(mod: tvm.IRModule) -> tvm.IRModule:
 class _Folding(relax.PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
-        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.astype" \
-                and isinstance(call.args[0].ty, relax.TensorType) \
-                and str(call.args[0].ty.dtype) == str(call.attrs.dtype):
-            return call.args[0]
         combine = _REDUCTIONS.get(call.op.name) if isinstance(call.op, tvm.ir.Op) else None
         if combine is None or call.attrs.axis is not None and [int(a) for a in call.attrs.axis] not in ([0], [-1]):
             return call
