@@ -4,11 +4,9 @@ Compiled for CUDA and OpenCL, every kernel a program invokes on the device
 is device code of the library's device module and every kernel placed on
 the host is host code of the same library; CUDA's device code compiles with
 nvcc (no GPU here: built, not run), OpenCL's programs run on a real device
-against numpy. Kernels no GPU schedule applies run in one GPU thread when
-built by hand (``kernels.build``) and are refused by name by
-``shapefn.compile`` (unless they compute one element), a kernel that cannot
-run on the device is refused by name, and CPU targets keep the CPU
-schedule."""
+against numpy. Kernels no GPU schedule applies to run in one GPU thread, a
+kernel that cannot run on the device is refused by name, and CPU targets
+keep the CPU schedule."""
 import logging
 import os
 import re
@@ -21,7 +19,7 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
-from tvm import relax, te, tirx
+from tvm import relax, tirx
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
@@ -238,24 +236,16 @@ def test_single_thread_form_keeps_global_scratch_on_the_device(kind):
     assert signature.count("*") == 9  # 7 parameters and the 2 scratch buffers
 
 
-@pytest.mark.parametrize("kind", GPU_KINDS)
-def test_compile_refuses_a_serial_device_kernel(without_gpu_forms, kind):
-    """shapefn.compile builds no device kernel that would run its loops in
-    one GPU thread: without its GPU form, nonzero is refused by name
-    (``kernels.build`` still makes the one-thread form, tested above)."""
-    with pytest.raises(target_schedule.KernelPlacementError, match=r"shapefn_nonzero_2d_float32.*one GPU thread"):
-        shapefn.compile(ProfilingExample, kind)
-
-
-def test_a_kernel_of_one_element_may_run_in_one_thread():
-    one = te.compute((1,), lambda i: tvm.tirx.const(7, "int64"), name="one")
-    many = te.compute((te.var("n", "int64"),), lambda i: i, name="many")
-    assert target_schedule._one_element(te.create_prim_func([one]))
-    assert not target_schedule._one_element(te.create_prim_func([many]))
-    assert not target_schedule._one_element(count_kernels.non_max_suppression(0))
-    scheduled = target_schedule.schedule({"one": te.create_prim_func([one])}, tvm.target.Target("cuda", host="llvm"),
-                                         serial=False)
-    assert target_schedule.binds_threads(scheduled.module["one"])
+@opencl
+def test_single_thread_kernels_run_on_opencl(without_gpu_forms, rng, caplog):
+    with caplog.at_level(logging.WARNING, logger=target_schedule.__name__):
+        exe = shapefn.compile(ProfilingExample, "opencl")
+    assert "shapefn_nonzero_2d_float32" in caplog.text
+    vm = shapefn.VirtualMachine(exe, "opencl")
+    for shape in [(9, 12), (1, 1), (30, 7)]:
+        x = rng.integers(-1, 2, shape).astype(np.float32)
+        offset = np.array([0, 0], np.int64)
+        np.testing.assert_array_equal(vm(x, offset).numpy(), slice_nonzero_reference(x, offset))
 
 
 @opencl

@@ -103,7 +103,7 @@ def schedule_kernels(mod: tvm.IRModule, generated: codegen.GeneratedProgram,
         return None
     kernels = {name: mod[func] for name, func in generated.kernels.items()}
     kernels.update(generated.shape_func_kernels)
-    return target_schedule.schedule(kernels, target, host=generated.host_kernels, serial=False)
+    return target_schedule.schedule(kernels, target, host=generated.host_kernels)
 
 
 def build_kernels(scheduled: target_schedule.ScheduledKernels | None, target: tvm.target.Target,

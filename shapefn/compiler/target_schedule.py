@@ -160,12 +160,10 @@ def host_form(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
 
 
 def schedule(kernels: Mapping[str, tirx.PrimFunc], target: tvm.target.Target,
-             host: Collection[str] = (), serial: bool = True) -> ScheduledKernels:
+             host: Collection[str] = ()) -> ScheduledKernels:
     """``kernels`` (name -> PrimFunc) scheduled for ``target``, each exported
     under its name; ``host`` names those that run on the host (all of them,
-    for a CPU target). A device kernel no GPU schedule fits runs in one GPU
-    thread, or with ``serial=False`` (``shapefn.compile``) is refused
-    (``KernelPlacementError``) unless it computes one element."""
+    for a CPU target)."""
     if not is_gpu(target):
         funcs = {name: _host_kernel(name, func) for name, func in kernels.items()}
         return ScheduledKernels(tvm.IRModule(funcs), version(target))
@@ -175,29 +173,14 @@ def schedule(kernels: Mapping[str, tirx.PrimFunc], target: tvm.target.Target,
         if name in host:
             funcs[name] = _host_kernel(name, func).with_attr("target", cpu)
             continue
-        given = func.without_attr(HOST_FORM)
-        func, alone = _device_kernel(name, given, target)
+        func, alone = _device_kernel(name, func.without_attr(HOST_FORM), target)
         funcs[name] = func.with_attr("target", target).with_attr("global_symbol", name)
         if alone:
             single_thread.append(name)
-            if not serial and not _one_element(given):
-                raise KernelPlacementError(
-                    f"kernel '{name}' has no {target.kind.name} schedule: it would run its loops in one GPU thread "
-                    "(a serial device kernel); give it a GPU form (shapefn/compiler/kernels/gpu.py) or run the "
-                    "model on the host")
     if single_thread:
         _log.warning("%d kernel(s) have no %s schedule and run in one GPU thread: %s",
                      len(single_thread), target.kind.name, ", ".join(sorted(single_thread)))
     return ScheduledKernels(tvm.IRModule(funcs), version(target), tuple(single_thread))
-
-
-def _one_element(func: tirx.PrimFunc) -> bool:
-    """Whether ``func`` runs no loop of more than one iteration (a kernel
-    that writes one element may run in one thread, launched once)."""
-    loops = []
-    tvm_ffi.structural_walk(func.body, [((tirx.For, tirx.While), loops.append)])
-    return all(isinstance(loop, tirx.For) and isinstance(loop.extent, tirx.IntImm) and loop.extent.value <= 1
-               for loop in loops)
 
 
 def _host_kernel(name: str, func: tirx.PrimFunc) -> tirx.PrimFunc:
