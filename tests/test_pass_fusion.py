@@ -4,6 +4,10 @@ kernels counted per call, results against onnxruntime, numpy and TVM's
 own Relax VM."""
 from __future__ import annotations
 
+import pathlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tvm
@@ -143,3 +147,28 @@ def test_fused_kernels_have_short_names():
     for i in range(40):
         want = want + np.float32(1.0 + i / 64) if i % 2 else want * np.float32(1.0 + i / 64)
     np.testing.assert_allclose(shapefn.VirtualMachine(exe, "sim")(value).numpy(), want, rtol=1e-5)
+
+
+KERNEL_HASHES = """
+import pathlib, sys, tvm, tvm_ffi
+from shapefn.bench.models import materialize
+from shapefn.compiler.lower_dynamic import lower_dynamic_ops
+from shapefn.compiler.relax_passes import lower
+from shapefn.frontend import from_onnx
+mod = lower(lower_dynamic_ops(from_onnx(materialize(pathlib.Path(sys.argv[1]), sys.argv[2])), False))
+for gv, func in sorted(mod.functions.items(), key=lambda item: item[0].name_hint):
+    if isinstance(func, tvm.tirx.PrimFunc):
+        print(gv.name_hint, tvm_ffi.structural_hash(func))
+"""
+
+
+@pytest.mark.model
+def test_fused_kernels_are_the_same_in_every_process():
+    """The kernel cache keys a kernel by its structural hash: FuseOps and
+    FuseTIR order the sizes a fused kernel takes differently from one
+    process to the next, which made warm compiles build kernels again."""
+    data = pathlib.Path(__file__).parent / "data"
+    runs = [subprocess.run([sys.executable, "-c", KERNEL_HASHES, str(data), "ssdlite320_mobilenet_v3_large"],
+                           capture_output=True, text=True, check=True).stdout for _ in range(2)]
+    assert runs[0].count("fused_") > 100
+    assert runs[0] == runs[1]

@@ -1,7 +1,8 @@
 """Repairs of what TVM 0.27's ``FuseOps`` leaves for ``FuseTIR`` and
 shapefn's code generation, on modules with sizes known only at run time.
 
-``sizes_in_one_shape``: each fused function's sizes in one shape parameter.
+``sizes_in_one_shape``: each fused function's sizes in one shape parameter,
+in the order they occur in it.
 ``FuseOps`` passes a fused function the sizes its kernels take as scalar
 arguments as scalar parameters, and the sizes its outputs' shapes need but
 its tensors do not give as a shape parameter. ``FuseTIR`` (TVM 0.27) fails
@@ -18,6 +19,9 @@ is defined. Each dataflow block's bindings are put back in an order where
 every variable and size is defined before its use, the original order
 wherever that allows.
 
+``kernel_sizes_in_order``: after ``FuseTIR``, each fused kernel's size
+parameters in the order they occur in it.
+
 ``short_names``: fused functions, and with them their kernels, named by
 their operations in full ("fused_shape_to_tensor23_less4_take7_...", 300
 characters in Faster R-CNN), shortened.
@@ -29,26 +33,47 @@ import hashlib
 import heapq
 
 import tvm
-from tvm import relax
+from tvm import relax, tirx
+
+from . import te_params
 
 _SCALAR, _SHAPE, _OTHER = "scalar", "shape", "other"
 
 
 def sizes_in_one_shape(mod: tvm.IRModule) -> tvm.IRModule:
-    """Fused functions with scalar and shape parameters take one shape."""
+    """Fused functions with sizes take them in one shape parameter, in the
+    order they first occur in the function (``FuseOps`` orders the sizes of
+    its shape parameter differently from one process to the next, and the
+    kernel cache keys a kernel by its parameters' order)."""
     changes = {}
     for gv, func in mod.functions.items():
         if not _is_primitive(func):
             continue
         kinds = [_kind(param) for param in func.params]
-        if _SCALAR not in kinds or _SHAPE not in kinds:
+        if _SCALAR not in kinds and _SHAPE not in kinds:
             continue
         sizes = _sizes(func.params, kinds, lambda shape: shape.ty.values)
+        order = _first_occurrence(func, sizes)
+        if kinds.count(_SCALAR) + kinds.count(_SHAPE) == 1 and kinds[-1] == _SHAPE and order == sorted(order):
+            continue
         others = [param for param, kind in zip(func.params, kinds) if kind == _OTHER]
-        merged = relax.Function([*others, relax.Var("sizes", relax.ShapeType(sizes))], func.body, func.ret_ty,
-                                func.is_pure, func.attrs, func.span)
-        changes[gv] = (merged, gv.name_hint, functools.partial(_merged_arguments, kinds))
+        merged = relax.Function([*others, relax.Var("sizes", relax.ShapeType([sizes[i] for i in order]))], func.body,
+                                func.ret_ty, func.is_pure, func.attrs, func.span)
+        changes[gv] = (merged, gv.name_hint, functools.partial(_merged_arguments, kinds, order))
     return _replaced(mod, changes)
+
+
+def _first_occurrence(func: relax.Function, sizes: list) -> list[int]:
+    """The positions of ``sizes`` in the order they first occur in the types
+    of ``func``'s tensor parameters and then of its bindings (those that do
+    not occur last, as they were)."""
+    rank: dict = {}
+    types = [param.ty for param in func.params if _kind(param) == _OTHER]
+    types += [binding.var.ty for block in func.body.blocks for binding in block.bindings]
+    for ty in types:
+        for var in relax.analysis.tir_vars_in_type(ty):
+            rank.setdefault(var, len(rank))
+    return sorted(range(len(sizes)), key=lambda i: (rank.get(sizes[i], len(rank)), i))
 
 
 # Longer kernel names are cut (a digest of the whole kept): PoCL aborts the
@@ -89,9 +114,10 @@ def _replaced(mod: tvm.IRModule, changes: dict) -> tvm.IRModule:
     return mod
 
 
-def _merged_arguments(kinds: list[str], args) -> list:
+def _merged_arguments(kinds: list[str], order: list[int], args) -> list:
     others = [arg for arg, kind in zip(args, kinds) if kind == _OTHER]
-    return [*others, relax.ShapeExpr(_sizes(args, kinds, _shape_values))]
+    sizes = _sizes(args, kinds, _shape_values)
+    return [*others, relax.ShapeExpr([sizes[i] for i in order])]
 
 
 def _is_primitive(func) -> bool:
@@ -204,3 +230,44 @@ def _defined_before_use(block: relax.DataflowBlock, definitions: dict) -> relax.
     if order == sorted(order):
         return block
     return relax.DataflowBlock([bindings[index] for index in order], block.span)
+
+
+def kernel_sizes_in_order(mod: tvm.IRModule) -> tvm.IRModule:
+    """After ``FuseTIR``: each fused kernel's size parameters in the order
+    they first occur in it (``te_params.canonical``) and its calls' size
+    arguments with them. ``FuseTIR`` orders them differently from one
+    process to the next, which would change the kernels' cache keys."""
+    reordered = {}
+    for gv, func in mod.functions.items():
+        if isinstance(func, tirx.PrimFunc) and gv.name_hint.startswith("fused_"):
+            reordered[gv] = None
+    if not reordered:
+        return mod
+    calls = _KernelCalls(mod, reordered)
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            mod[gv] = calls.visit_expr(func)
+    for gv, found in reordered.items():
+        if found is not None:
+            mod[gv] = found[0]
+    return mod
+
+
+@relax.expr_functor.mutator
+class _KernelCalls(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, reordered: dict):
+        super().__init__(mod)
+        self.mod, self.reordered = mod, reordered
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir") \
+                or call.args[0] not in self.reordered:
+            return call
+        gv, fields = call.args[0], list(call.args[1].fields)
+        func, args = te_params.canonical(self.mod[gv], fields)
+        if self.reordered[gv] is None:
+            self.reordered[gv] = (func,)
+        if args == fields:
+            return call
+        return relax.Call(call.op, [gv, relax.Tuple(args)], call.attrs, call.ty_args, call.span)

@@ -12,7 +12,7 @@ from tvm import relax
 from . import target_schedule
 from .dataflow_regions import dataflow_regions
 from .fold_constants import fold_constant_kernels, fold_constant_transposes
-from .fusion_repairs import short_names, size_definitions, sizes_before_use, sizes_in_one_shape
+from .fusion_repairs import kernel_sizes_in_order, short_names, size_definitions, sizes_before_use, sizes_in_one_shape
 from .legalize import legalize_map
 from .rewrites import fewer_kernels
 from .sources import call_tir_rewrite, fuse_ops
@@ -48,6 +48,7 @@ def _passes(gpu: bool) -> tvm.transform.Pass:
         # TVM's FuseOps, each fused call named after its nodes.
         tvm.transform.module_pass(lambda m, _: _fuse(m), opt_level=0, name="FuseOps"),
         relax.transform.FuseTIR(),
+        tvm.transform.module_pass(lambda m, _: kernel_sizes_in_order(m), opt_level=0, name="KernelSizesInOrder"),
         relax.transform.DeadCodeElimination(),
         relax.transform.ToNonDataflow(),
         relax.transform.RemovePurityChecking(),
