@@ -174,3 +174,30 @@ def test_nms_stops_at_the_upper_bound(nms_lib, rng):
     assert len(ref) > 4
     got = run_nms(nms_lib["corners"], box_data, scores, 10, 0.5, 0.0, upper=4)
     np.testing.assert_array_equal(got, ref[:4])
+
+
+def batched_boxes(rng, classes, per_class):
+    """torchvision's batched NMS input: each class's corner boxes offset by
+    class * (largest coordinate + 1), so classes never overlap."""
+    xy = rng.uniform(0, 300, (classes, per_class, 2))
+    boxes = np.concatenate([xy, np.minimum(xy + rng.uniform(5, 120, (classes, per_class, 2)), 320)], axis=-1)
+    boxes += np.arange(classes)[:, None, None] * 321.0
+    return boxes.reshape(1, -1, 4).astype("float32")
+
+
+@pytest.mark.parametrize("center_point_box", [0, 1])
+def test_nms_of_boxes_far_apart_and_of_non_finite_boxes_matches_onnxruntime(nms_lib, rng, center_point_box):
+    """Candidates are compared only with the kept boxes near them along x
+    (a grid of cells): boxes spread far apart, NaN and infinite coordinates
+    (one cell then holds all) give onnxruntime's selection."""
+    name = ["corners", "centers"][center_point_box]
+    spread = batched_boxes(rng, 12, 40)
+    odd = random_boxes(rng, 1, 60, center_point_box)
+    odd[0, 3, 1], odd[0, 7, 0], odd[0, 9] = np.nan, np.inf, [-np.inf, 0, np.inf, 2]
+    for box_data in (spread, odd):
+        scores = rng.uniform(0, 1, (1, 2, box_data.shape[1])).astype("float32")
+        for iou in (0.0, 0.3, 0.7):
+            got = run_nms(nms_lib[name], box_data, scores, 10_000, iou, -1.0)
+            ref = ort_nms(box_data, scores, 10_000, iou, -1.0, center_point_box)
+            assert len(ref) > 0
+            np.testing.assert_array_equal(got, ref.reshape(-1, 3), err_msg=f"{iou=}")

@@ -289,18 +289,42 @@ def suppress_if_overlapping(a, b, iou_threshold, suppressed) -> None:
                             suppressed[0] = tirx.const(True)
 
 
-def _first_right_edge_past(kept_extents, held, x):
-    """The first of the ``held`` kept extents (sorted by ``x1``) whose ``x1``
-    is above ``x`` (``held`` if none), by binary search."""
-    lo, hi = local("int64", 0), local("int64", held)
-    with T.While(lo[0] < hi[0]):
-        mid = T.bind(lo[0] + ((hi[0] - lo[0]) >> 1))
-        with T.If(kept_extents[mid, 1] > x):
+class _Grid:
+    """Cells along x for a class's candidates: ``count`` cells from ``low``,
+    each ``size`` wide and at least ``width`` (the widest candidate), all in
+    one cell when an extent is not finite."""
+
+    def __init__(self, low, width, size, count, one):
+        self.low, self.width, self.size, self.count, self.one = low, width, size, count, one
+
+    def cell(self, x):
+        """The cell of x (float64), clamped to the grid."""
+        where = tirx.max(tirx.min((x - self.low) / self.size, tirx.Cast("float64", self.count - 1)),
+                         tirx.const(0.0, "float64"))
+        return tirx.Select(self.one, i64(0), tirx.Cast("int64", tirx.floor(where)))
+
+
+def _cells(boxes, b, order, candidates, center_point_box) -> _Grid:
+    """The grid of the ``candidates`` (their boxes' indices in ``order``):
+    as many cells as candidates at most."""
+    inf = tirx.const(float("inf"), "float64")
+    low, high, width = local("float64", inf), local("float64", -inf), local("float64", tirx.const(0.0, "float64"))
+    finite = local("bool", tirx.const(True))
+    with T.serial(0, candidates) as i:
+        x0, x1 = box_extents([boxes[b, order[i], q] for q in range(4)], center_point_box)[:2]
+        a, z = T.bind(tirx.Cast("float64", x0)), T.bind(tirx.Cast("float64", x1))
+        with T.If(tirx.And(a == a, z == z)):
             with T.Then():
-                hi[0] = mid
-            with T.Else():
-                lo[0] = mid + 1
-    return lo
+                with T.If(tirx.Or(tirx.isinf(a), tirx.isinf(z))):
+                    with T.Then():
+                        finite[0] = tirx.const(False)
+                low[0] = tirx.min(low[0], a)
+                high[0] = tirx.max(high[0], z)
+                width[0] = tirx.max(width[0], z - a)
+    count = T.bind(tirx.max(candidates, i64(1)))
+    size = T.bind(tirx.max(width[0], (high[0] - low[0]) / tirx.Cast("float64", count)))
+    one = T.bind(tirx.Or(tirx.Not(finite[0]), tirx.Not(size > tirx.const(0.0, "float64"))))
+    return _Grid(low[0], width[0], tirx.Select(one, tirx.const(1.0, "float64"), size), count, one)
 
 
 def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
@@ -315,16 +339,17 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
     is suppressed when its IoU with a kept box is strictly above
     ``iou_threshold``. Per class, the candidates' indices are gathered into an
     N-long scratch buffer and heap-sorted by score, then visited in order.
-    The extents of the boxes kept so far are held sorted by their right edge
-    ``x1``, with the widest one's width: a candidate is compared only with
-    the kept boxes that can overlap it along x (from the first whose ``x1``
-    passes the candidate's ``x0``, by binary search, to the last whose ``x0``
-    can still be left of the candidate's ``x1``) until one suppresses it. A
-    box outside that window cannot suppress it, so the result is the same as
-    comparing with every kept box; torchvision's batched NMS, which offsets
+    A class's candidates' x extents set a grid of cells along x, each at
+    least as wide as the widest candidate; each kept box is listed in the
+    cell of its left edge ``x0``. A candidate is compared only with the kept
+    boxes of the cells from its ``x0`` minus that width to its ``x1`` (one
+    cell more each side, for rounding) until one suppresses it: a box in
+    another cell cannot overlap it along x, so the result is the same as
+    comparing with every kept box. torchvision's batched NMS, which offsets
     each class's boxes apart, compares each candidate with its own class's
-    boxes only. A box whose x extent is NaN can suppress nothing and is not
-    held. O(N log N + N * (log kept + window) + kept^2) moves at worst.
+    boxes. A box whose x extent is NaN can suppress nothing and is not
+    listed; with a non-finite extent among the candidates, one cell holds
+    all. O(N log N + N * (kept boxes in the nearby cells)).
     Selection stops when ``upper`` rows are written.
     """
     b_, n_, c_ = sizes("d", 3)  # batches, boxes, classes
@@ -333,8 +358,10 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
         boxes, scores, max_out, iou_thr, score_thr, selected, count = nms_params(b_, n_, c_, upper)
         # (At least one element: a zero-byte workspace request may come back null.)
         order = T.buffer_proxy(T.alloc_buffer((tirx.max(n_, i64(1)),), "int64", scope="global"))
-        # The extents of the boxes a class keeps, by right edge: read by every candidate.
+        # The extents of the boxes a class keeps, in order, listed by cell: read by the candidates near them.
         kept_extents = T.buffer_proxy(T.alloc_buffer((tirx.max(n_, i64(1)), 5), "float32", scope="global"))
+        first_in_cell = T.buffer_proxy(T.alloc_buffer((tirx.max(n_, i64(1)),), "int64", scope="global"))
+        next_in_cell = T.buffer_proxy(T.alloc_buffer((tirx.max(n_, i64(1)),), "int64", scope="global"))
         limit, iou_threshold, threshold = max_out[0], iou_thr[0], score_thr[0]
         total = local("int64", 0)
         with loops([b_, c_]) as (b, c):
@@ -357,47 +384,42 @@ def non_max_suppression(center_point_box: int = 0) -> tirx.PrimFunc:
 
             heap.heap_sort(before, swap, candidates[0])
             kept = local("int64", 0)
-            held = local("int64", 0)  # kept boxes whose extents are held
-            widest = local("float64", tirx.const(0.0, "float64"))
+            grid = _cells(boxes, b, order, candidates[0], center_point_box)
+            with T.serial(0, tirx.max(candidates[0], i64(1))) as cell:
+                first_in_cell[cell] = i64(-1)
             next_candidate = local("int64", 0)
             with T.While(tirx.all(next_candidate[0] < candidates[0], kept[0] < limit, total[0] < upper)):
                 box = T.bind(order[next_candidate[0]])
                 next_candidate[0] = next_candidate[0] + 1
                 extents = box_extents([boxes[b, box, q] for q in range(4)], center_point_box)
                 x0, x1 = extents[0], extents[1]
+                listed = T.bind(tirx.And(x0 == x0, x1 == x1))  # (not NaN: a NaN box neither suppresses nor is)
                 suppressed = local("bool", tirx.const(False))
-                t = _first_right_edge_past(kept_extents, held[0], x0)
-                # Kept boxes further on have x0 >= x1 - widest: past the candidate's x1
-                # once that bound is (in float64, with room for rounding).
-                past = local("bool", tirx.const(False))
-                with T.While(tirx.all(tirx.Not(suppressed[0]), tirx.Not(past[0]), t[0] < held[0])):
-                    right = T.bind(tirx.Cast("float64", kept_extents[t[0], 1]))
-                    slack = T.bind((tirx.abs(right) + tirx.abs(tirx.Cast("float64", x1)) + widest[0])
-                                   * tirx.const(1e-6, "float64"))
-                    with T.If(right - widest[0] - slack > tirx.Cast("float64", x1)):
-                        with T.Then():
-                            past[0] = tirx.const(True)
-                        with T.Else():
-                            suppress_if_overlapping([kept_extents[t[0], q] for q in range(5)], extents,
-                                                     iou_threshold, suppressed)
-                            t[0] = t[0] + 1
+                with T.If(listed):
+                    with T.Then():
+                        last = T.bind(grid.cell(tirx.Cast("float64", x1)) + 1)
+                        cell = local("int64", tirx.max(grid.cell(tirx.Cast("float64", x0) - grid.width) - 1, i64(0)))
+                        with T.While(tirx.And(tirx.Not(suppressed[0]), cell[0] <= tirx.min(last, grid.count - 1))):
+                            t = local("int64", first_in_cell[cell[0]])
+                            with T.While(tirx.And(tirx.Not(suppressed[0]), t[0] >= 0)):
+                                suppress_if_overlapping([kept_extents[t[0], q] for q in range(5)], extents,
+                                                         iou_threshold, suppressed)
+                                t[0] = next_in_cell[t[0]]
+                            cell[0] = cell[0] + 1
                 with T.If(tirx.Not(suppressed[0])):
                     with T.Then():
                         selected[total[0], 0] = b
                         selected[total[0], 1] = c
                         selected[total[0], 2] = box
                         total[0] = total[0] + 1
-                        kept[0] = kept[0] + 1
-                        with T.If(tirx.And(x0 == x0, x1 == x1)):  # (not NaN)
+                        with T.If(listed):
                             with T.Then():
-                                place = _first_right_edge_past(kept_extents, held[0], x1)
-                                with T.serial(0, held[0] - place[0]) as m:
-                                    for q in range(5):
-                                        kept_extents[held[0] - m, q] = kept_extents[held[0] - m - 1, q]
                                 for q in range(5):
-                                    kept_extents[place[0], q] = extents[q]
-                                held[0] = held[0] + 1
-                                widest[0] = tirx.max(widest[0], tirx.Cast("float64", x1) - tirx.Cast("float64", x0))
+                                    kept_extents[kept[0], q] = extents[q]
+                                home = T.bind(grid.cell(tirx.Cast("float64", x0)))
+                                next_in_cell[kept[0]] = first_in_cell[home]
+                                first_in_cell[home] = kept[0]
+                        kept[0] = kept[0] + 1
         count[0] = total[0]
     return ib.get()
 
