@@ -233,7 +233,7 @@ def test_single_thread_form_keeps_global_scratch_on_the_device(kind):
     scheduled = target_schedule.schedule({"nms": count_kernels.non_max_suppression(0)}, target)
     source = tvm.tirx.build(scheduled.module, target).imports[0].inspect_source()
     (signature,) = re.findall(r"nms_kernel\(([^)]*)\)\s*\{", source)
-    assert signature.count("*") == 9  # 7 parameters and the 2 scratch buffers
+    assert signature.count("*") == 11  # 7 parameters and the 4 scratch buffers
 
 
 @opencl
