@@ -149,8 +149,8 @@ def test_an_inference_runs_fused(compiled, name):
     vm(x)
     vm.reset_counters()
     vm(x)
-    assert {key: vm.counters[key] for key in FUSED[name]} == {
-        key: min(vm.counters[key], most) for key, most in FUSED[name].items()}
+    over = {key: (vm.counters[key], most) for key, most in FUSED[name].items() if vm.counters[key] > most}
+    assert not over, over
 
 
 @opencl

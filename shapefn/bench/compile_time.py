@@ -127,7 +127,7 @@ def _compile_phases(mod: tvm.IRModule, device: str, count_calls: bool) -> dict:
 
     passes = _PassTimes()
     start = time.perf_counter()
-    with tvm.transform.PassContext(instruments=[passes], config={"relax.FuseOps.max_depth": 1}):  # without fusion
+    with without_fusion(instruments=[passes]):
         lowered = _compile_module.lower(lowered)
     phases["relax_passes"] = time.perf_counter() - start
 

@@ -39,7 +39,7 @@ def _passes(gpu: bool) -> tvm.transform.Pass:
         # Folds match_casts made redundant by lowering (their sizes substituted
         # everywhere); FuseTIR would otherwise drop them and leave sizes undefined.
         relax.transform.CanonicalizeBindings(),
-        # min(count, limit) and the like on sizes, as sizes; casts to the same dtype dropped.
+        # min(count, limit) and the like on sizes, as sizes.
         tvm.transform.module_pass(lambda m, _: fewer_kernels(m), opt_level=0, name="FewerKernels"),
         relax.transform.LegalizeOps(customize_legalize_map=legalize_map(gpu)),
         relax.transform.AnnotateTIROpPattern(),
@@ -66,11 +66,13 @@ def _fuse(mod: tvm.IRModule) -> tvm.IRModule:
     return sizes_before_use(short_names(sizes_in_one_shape(fuse_ops(mod))), definitions)
 
 
-def without_fusion() -> tvm.transform.PassContext:
-    """The current pass context with TVM's cap on a fused group's size at one
-    operation: each operation its own kernel (shapefn fuses the pure
-    operations of a function whether or not they are in a dataflow block)."""
+def without_fusion(instruments=()) -> tvm.transform.PassContext:
+    """The current pass context (with ``instruments`` added) and TVM's cap on
+    a fused group's size at one operation: each operation its own kernel
+    (shapefn fuses the pure operations of a function whether or not they are
+    in a dataflow block)."""
     current = tvm.transform.PassContext.current()
     return tvm.transform.PassContext(opt_level=current.opt_level, required_pass=current.required_pass,
-                                     disabled_pass=current.disabled_pass, instruments=current.instruments,
+                                     disabled_pass=current.disabled_pass,
+                                     instruments=[*current.instruments, *instruments],
                                      config={**current.config, "relax.FuseOps.max_depth": 1})

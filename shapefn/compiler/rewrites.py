@@ -1,6 +1,7 @@
-"""Rewrites before legalization that leave fewer kernels.
+"""Rewrites before legalization that leave fewer kernels: reductions of a
+tensor of sizes, computed on the sizes.
 
-Reductions of a tensor of sizes, computed on the sizes. Detection models take the smaller of a count and a limit as
+Detection models take the smaller of a count and a limit as
 ``ReduceMin(Concat(count, limit))``, which TVM imports as ``min`` of a
 ``shape_to_tensor``: a reduction kernel, which nothing fuses with, after a
 kernel that makes the tensor. Here ``min``, ``max``, ``sum`` and ``prod`` of
