@@ -67,8 +67,10 @@ def test_compile_grows_with_the_graph_and_reuses_kernels(results):
         assert set(s["phases"]) == {"lower_dynamic_ops", "relax_passes", "codegen"}
         assert abs(s["seconds"] - sum(s["phases"].values())) < 1e-9
         assert "LegalizeOps" in s["relax_pass_seconds"]
-    # The same kernels at every size (nothing fuses): kernel generation does not grow.
-    assert small["kernels"] == large["kernels"] == 13
+    # The same kernels at every size (nothing fuses): kernel generation does
+    # not grow. (Its reshape to a shape read from a tensor of its input's
+    # shape is a view, and that tensor is computed on sizes: no kernel.)
+    assert small["kernels"] == large["kernels"] == 11
     # Work in shapefn's own phases and bytecode both grow linearly.
     assert 1.8 <= large["instructions"] / small["instructions"] <= 2.2
     for phase in ("lower_dynamic_ops", "codegen"):

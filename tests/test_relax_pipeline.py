@@ -224,3 +224,23 @@ def test_a_condition_computed_from_a_shape_is_read_on_the_host():
         (theirs,), counted = _run_tvm(default, tvm.opencl, [x])
         np.testing.assert_array_equal(theirs, got)
         assert (counted["d2h_bytes"], counted["syncs"]) == (1, 1)
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["cpu", "opencl"])
+def test_positive_entries_gathered_by_nonzero(target):
+    """``take(x, nonzero(x > 0))``: TVM's ``RewriteDataflowReshape`` asked
+    every kernel whether it reshapes and failed on shapefn's ``nonzero``
+    (not written as blocks)."""
+    tvm_target, device, _ = target
+    bb = relax.BlockBuilder()
+    n = tvm.tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType([n], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            index = bb.emit(relax.op.nonzero(bb.emit(relax.op.greater(x, relax.const(0.0, "float32")))))
+            out = bb.emit_output(relax.op.take(x, index, axis=0))
+        bb.emit_func_output(out)
+    vm = _tvm_vm(bb.get(), tvm_target, device, shapefn.relax.pipeline(tvm_target))
+    values = np.array([1.5, -2, 3, 0, 5, np.nan, -np.inf, np.inf], np.float32)
+    (got,), _ = _run_tvm(vm, device, [values])
+    np.testing.assert_array_equal(got, values[None, values > 0])

@@ -22,6 +22,18 @@ wherever that allows.
 ``kernel_sizes_in_order``: after ``FuseTIR``, each fused kernel's size
 parameters in the order they occur in it.
 
+``injective_kernels``: TVM's ``AnnotateTIROpPattern`` calls a kernel
+opaque, which nothing fuses with, when its index arithmetic is not affine:
+a reshape of a tensor whose size is known only at run time reads
+``x[i % n]``, a broadcast reads ``x[Select(n == 1, 0, i)]``. A kernel that
+computes each output element at its own index from reads of its inputs is
+injective whatever the indices it reads; it is marked so.
+
+``deduplicated_kernels``: each distinct kernel once. Two fused kernels that
+differ only in their size parameters' order are two kernels to ``FuseTIR``
+and one after ``kernel_sizes_in_order``: which call sites share a kernel
+changed from one process to the next.
+
 ``short_names``: fused functions, and with them their kernels, named by
 their operations in full ("fused_shape_to_tensor23_less4_take7_...", 300
 characters in Faster R-CNN), shortened.
@@ -33,7 +45,8 @@ import hashlib
 import heapq
 
 import tvm
-from tvm import relax, tirx
+import tvm_ffi
+from tvm import relax, s_tir, tirx
 
 from . import te_params
 
@@ -74,6 +87,87 @@ def _first_occurrence(func: relax.Function, sizes: list) -> list[int]:
         for var in relax.analysis.tir_vars_in_type(ty):
             rank.setdefault(var, len(rank))
     return sorted(range(len(sizes)), key=lambda i: (rank.get(sizes[i], len(rank)), i))
+
+
+_OPAQUE, _INJECTIVE = 8, 2
+
+
+def injective_kernels(mod: tvm.IRModule) -> tvm.IRModule:
+    """Opaque kernels that are injective (see the module's docstring) marked
+    ``op_pattern`` injective. A kernel a call hands a tensor of a size known
+    only at run time where the kernel has a literal one stays opaque:
+    ``FuseTIR`` cannot match the two. So does one whose output sizes are
+    not those of its inputs (sizes it takes as scalars: a reshape between
+    shapes computed apart): fused, TVM 0.27 builds such kernels with a loop
+    variable used before its loop ("variable ax0 has been used before
+    definition", Faster R-CNN's anchors). shapefn's own kernels
+    (``compiler/kernels``, named ``shapefn_*``) keep their schedules."""
+    calls = _kernel_calls(mod)
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, tirx.PrimFunc) and func.attrs is not None and not gv.name_hint.startswith("shapefn_") \
+                and int(func.attrs.get("op_pattern", -1)) == _OPAQUE and _is_injective(func) \
+                and all(_sizes_match(func, call) for call in calls.get(gv.name_hint, ())):
+            mod[gv] = func.with_attr("op_pattern", _INJECTIVE)
+    return mod
+
+
+def _kernel_calls(mod: tvm.IRModule) -> dict:
+    """The ``call_tir`` calls of each kernel, by name."""
+    calls: dict = {}
+
+    def node(value):
+        if isinstance(value, tvm.ir.expr.Call) and isinstance(value.op, tvm.ir.Op) \
+                and value.op.name == "relax.call_tir":
+            calls.setdefault(value.args[0].name_hint, []).append(value)
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            tvm_ffi.structural_walk(func.body, node)
+    return calls
+
+
+def _sizes_match(func: tirx.PrimFunc, call: relax.Call) -> bool:
+    args = call.args[1].fields if isinstance(call.args[1], relax.Tuple) else [call.args[1]]
+    for param, arg in zip(func.params, [*args, call.ty]):
+        shape = getattr(getattr(arg, "ty", arg), "shape", None)
+        if not isinstance(shape, relax.ShapeExpr) or len(shape.values) != len(param.shape):
+            continue
+        if any(isinstance(p, tirx.IntImm) and not isinstance(a, tirx.IntImm)
+               for p, a in zip(param.shape, shape.values)):
+            return False
+    return True
+
+
+def _is_injective(func: tirx.PrimFunc) -> bool:
+    """One block under the root, all its iterators spatial, whose body
+    stores into the last parameter's buffer at its iterators, in order,
+    from loads of the other parameters' buffers only."""
+    if not func.params:
+        return False
+    out, inputs = func.params[-1], func.params[:-1]
+    if any(not hasattr(p, "shape") or p.shape is None for p in func.params):
+        return False  # (sizes taken as scalars)
+    blocks = []
+    tvm_ffi.structural_walk(func.body, [(s_tir.SBlock, lambda b: blocks.append(b))], order="pre")
+    blocks = [b for b in blocks if b.name_hint != "root"]
+    if len(blocks) != 1:
+        return False
+    (block,) = blocks
+    store = block.body
+    if block.init is not None or block.alloc_buffers or not isinstance(store, tirx.BufferStore) \
+            or not store.buffer.same_as(out) or len(store.indices) != len(block.iter_vars) \
+            or any(iv.iter_type != tirx.IterVar.DataPar for iv in block.iter_vars) \
+            or any(not index.same_as(iv.var) for index, iv in zip(store.indices, block.iter_vars)):
+        return False
+    foreign = []
+
+    def node(value):
+        if isinstance(value, tvm.ir.expr.TensorLoad) and not any(value.source.same_as(p) for p in inputs) \
+                or isinstance(value, tvm.ir.expr.Call) and "call_" in str(getattr(value.op, "name", "call_")):
+            foreign.append(value)
+
+    tvm_ffi.structural_walk(store.value, node)
+    return not foreign
 
 
 # Longer kernel names are cut (a digest of the whole kept): PoCL aborts the
@@ -251,6 +345,36 @@ def kernel_sizes_in_order(mod: tvm.IRModule) -> tvm.IRModule:
         if found is not None:
             mod[gv] = found[0]
     return mod
+
+
+def deduplicated_kernels(mod: tvm.IRModule) -> tvm.IRModule:
+    """Calls of a kernel structurally equal to another (but for its name)
+    call the one first by name; the others are dropped. (Fusion makes a
+    kernel per call site, and a model repeats its layers.)"""
+    first: dict = {}
+    same: dict = {}
+    for gv, func in sorted(mod.functions.items(), key=lambda item: item[0].name_hint):
+        if isinstance(func, tirx.PrimFunc):
+            key = tvm_ffi.StructuralKey(func.without_attr("global_symbol"))
+            if key in first:
+                same[gv] = first[key]
+            else:
+                first[key] = gv
+    if not same:
+        return mod
+
+    @relax.expr_functor.mutator
+    class Rename(relax.PyExprMutator):
+        def visit_global_var_(self, gv: relax.GlobalVar) -> relax.Expr:
+            return same.get(gv, gv)
+
+    rename = Rename(mod)
+    out = tvm.IRModule({gv: f for gv, f in mod.functions.items() if gv not in same},
+                       attrs=mod.attrs, global_infos=mod.global_infos)
+    for gv, func in out.functions.items():
+        if isinstance(func, relax.Function):
+            out[gv] = rename.visit_expr(func)
+    return out
 
 
 @relax.expr_functor.mutator

@@ -33,10 +33,10 @@ from .target_schedule import host_cpu_features, kernel_form
 SEQUENTIAL_CONCAT_MIN_SYMBOLIC_INPUTS = 4
 # Inputs per sequential concat kernel. Each tensor argument costs checks in
 # the kernel's entry (type, rank, dtype, shape, device) that LLVM compiles in
-# time growing faster than the argument count (docs/bench/compiler.md), so
-# more inputs are concatenated in a tree of such kernels (one small copy per
-# level; all kernels of one arity are one kernel).
-SEQUENTIAL_CONCAT_MAX_INPUTS = 8
+# time growing faster than the argument count (docs/bench/compiler.md: 0.1 s
+# at 16, 6 s at 64), so more inputs are concatenated in a tree of such
+# kernels (one small copy per level; all kernels of one arity are one kernel).
+SEQUENTIAL_CONCAT_MAX_INPUTS = 16
 
 
 def legalize_map(gpu: bool = False) -> dict:
@@ -59,6 +59,7 @@ def legalize_map(gpu: bool = False) -> dict:
             "relax.mean": functools.partial(legalize_reduction, op="mean"),
             "relax.take": legalize_take, "relax.gather_nd": legalize_gather_nd,
             "relax.gather_elements": legalize_gather_elements,
+            **{op: legalize_reshape for op in RESHAPES},
             **({"relax.vision.roi_align": legalize_roi_align_gpu} if gpu else cpu_gemms)}
 
 
@@ -157,6 +158,21 @@ def legalize_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
 # load and calls them opaque, which keeps them out of fusion: an index
 # computation and the gather that uses it would be two kernels.
 _GATHER = {"op_pattern": 2}  # kInjective
+
+
+# Ops that only reshape: their kernels are marked ``RESHAPE`` (a kernel left
+# unfused becomes a view: ``rewrites.reshapes_as_views``).
+RESHAPES = ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
+RESHAPE = "shapefn.reshape"
+
+
+def legalize_reshape(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """TVM's legalization, its kernel marked ``RESHAPE``."""
+    lowered = _default_legalization(bb, call)
+    if isinstance(lowered, relax.Call) and isinstance(lowered.op, ir.Op) and lowered.op.name == "relax.call_tir":
+        gv = lowered.args[0]
+        bb.update_func(gv, bb.get()[gv].with_attr(RESHAPE, True))
+    return lowered
 
 
 def legalize_take(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:

@@ -12,9 +12,17 @@ from tvm import relax
 from . import target_schedule
 from .dataflow_regions import dataflow_regions
 from .fold_constants import fold_constant_kernels, fold_constant_transposes
-from .fusion_repairs import kernel_sizes_in_order, short_names, size_definitions, sizes_before_use, sizes_in_one_shape
+from .fusion_repairs import (
+    deduplicated_kernels,
+    injective_kernels,
+    kernel_sizes_in_order,
+    short_names,
+    size_definitions,
+    sizes_before_use,
+    sizes_in_one_shape,
+)
 from .legalize import legalize_map
-from .rewrites import fewer_kernels
+from .rewrites import fewer_kernels, reshapes_as_views
 from .sources import call_tir_rewrite, fuse_ops
 
 
@@ -40,16 +48,19 @@ def _passes(gpu: bool) -> tvm.transform.Pass:
         # everywhere); FuseTIR would otherwise drop them and leave sizes undefined.
         relax.transform.CanonicalizeBindings(),
         # min(count, limit) and the like on sizes, as sizes.
-        tvm.transform.module_pass(lambda m, _: fewer_kernels(m), opt_level=0, name="FewerKernels"),
+        tvm.transform.module_pass(lambda m, _: fewer_kernels(m, gpu), opt_level=0, name="FewerKernels"),
         relax.transform.LegalizeOps(customize_legalize_map=legalize_map(gpu)),
         relax.transform.AnnotateTIROpPattern(),
+        tvm.transform.module_pass(lambda m, _: injective_kernels(m), opt_level=0, name="InjectiveKernels"),
         tvm.transform.module_pass(lambda m, _: fold_constant_kernels(m), opt_level=0, name="FoldConstantKernels"),
         relax.transform.FoldConstant(),
         # TVM's FuseOps, each fused call named after its nodes.
         tvm.transform.module_pass(lambda m, _: _fuse(m), opt_level=0, name="FuseOps"),
         relax.transform.FuseTIR(),
         tvm.transform.module_pass(lambda m, _: kernel_sizes_in_order(m), opt_level=0, name="KernelSizesInOrder"),
+        tvm.transform.module_pass(lambda m, _: deduplicated_kernels(m), opt_level=0, name="DeduplicateKernels"),
         relax.transform.DeadCodeElimination(),
+        tvm.transform.module_pass(lambda m, _: reshapes_as_views(m), opt_level=0, name="ReshapesAsViews"),
         relax.transform.ToNonDataflow(),
         relax.transform.RemovePurityChecking(),
         # TVM's CallTIRRewrite, each call keeping what it was generated for.

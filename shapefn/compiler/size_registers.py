@@ -86,17 +86,19 @@ class SizeRegisters:
     def shape(self, values) -> Reg:
         """A shape register holding the shape of PrimExprs ``values``."""
         values = list(values)
-        if all(isinstance(v, tirx.IntImm) for v in values):
+        if all(isinstance(v, tirx.IntImm) and int(v) >= 0 for v in values):
             k = ("const_shape", tuple(int(v) for v in values))
             return self.cache.get_or_emit(k, lambda: self.fb.load_shape([int(v) for v in values]))
         k = ("shape", tuple(key(v) if isinstance(v, tirx.Var) else tvm_ffi.StructuralKey(v) for v in values))
         cached = self.cache.get(k)
         if cached is not None:
             return cached
-        # Literal dimensions go in the instruction; only computed ones need registers.
+        # Literal dimensions go in the instruction; only computed ones need
+        # registers, and negative ones (a reshape's -1, read by its shape
+        # function), which the template would take for register numbers.
         template, regs = [], []
         for v in values:
-            if isinstance(v, tirx.IntImm):
+            if isinstance(v, tirx.IntImm) and int(v) >= 0:
                 template.append(int(v))
             else:
                 regs.append(self.prim(v))

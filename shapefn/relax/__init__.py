@@ -27,8 +27,10 @@ from tvm import relax, s_tir, tirx
 from tvm.relax.pipeline import BackendDispatcher
 
 from ..compiler import target_schedule
+from ..compiler.fusion_repairs import deduplicated_kernels
 from ..compiler.legalize import legalize_map
 from ..compiler.lower_dynamic import lower_dynamic_ops
+from ..compiler.rewrites import reshape_calls_replaced
 from ..compiler.shape_calls import SHAPE_FUNC, VIEW
 from .host_shapes import PlaceShapeArithmeticOnHost, StorageInScope, StorageOnItsDevice
 from .schedule_reads import ScheduleCountReads
@@ -64,7 +66,7 @@ def pipeline(target, dependence: str = "per-input") -> tvm.transform.Pass:
         *[q for p in legalize(target) for q in _in_place_of_default_schedule(p, target)],
         DeduplicateKernels,
         WithoutSizeLimits,
-        *dataflow_lower(target),
+        *[RewriteDataflowReshape if p.info.name == "RewriteDataflowReshape" else p for p in dataflow_lower(target)],
         *[_planned(p) for p in finalize(target)],
     ]
 
@@ -74,6 +76,15 @@ def pipeline(target, dependence: str = "per-input") -> tvm.transform.Pass:
             return tvm.transform.Sequential(passes)(mod)
 
     return run
+
+
+@tvm.transform.module_pass(opt_level=0, name="shapefn.RewriteDataflowReshape")
+def RewriteDataflowReshape(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 (a pass, named as TVM's)
+    """TVM's ``RewriteDataflowReshape`` (a reshape kernel in a dataflow
+    block becomes ``R.reshape``, a view), for modules with shapefn's kernels:
+    TVM's pass asks ``has_reshape_pattern`` of every kernel, which fails on
+    a kernel not written as blocks (shapefn's ``nonzero``, ``topk``...)."""
+    return reshape_calls_replaced(mod, lambda data, ty: relax.op.reshape(data, ty.shape), in_dataflow_only=True)
 
 
 def _in_place_of_default_schedule(phase: tvm.transform.Pass, target: tvm.target.Target) -> list:
@@ -189,35 +200,9 @@ def _is_scheduled(func: tirx.PrimFunc) -> bool:
 
 @tvm.transform.module_pass(opt_level=0, name="shapefn.DeduplicateKernels")
 def DeduplicateKernels(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - a pass
-    """Each distinct kernel once: calls of a PrimFunc structurally equal to
-    an earlier one (but for its name) call the earlier one. Fusion makes a
-    kernel per call site, and a model repeats its layers (SSD-lite's 90
-    classes filter their scores alike); ``tvm.compile`` builds every kernel
-    of the module."""
-    first: dict = {}
-    same: dict = {}
-    for gv, func in mod.functions.items():
-        if isinstance(func, tirx.PrimFunc):
-            key = tvm_ffi.StructuralKey(func.without_attr("global_symbol"))
-            if key in first:
-                same[gv] = first[key]
-            else:
-                first[key] = gv
-    if not same:
-        return mod
-
-    @relax.expr_functor.mutator
-    class Rename(relax.PyExprMutator):
-        def visit_global_var_(self, gv: relax.GlobalVar) -> relax.Expr:
-            return same.get(gv, gv)
-
-    rename = Rename(mod)
-    out = tvm.IRModule({gv: f for gv, f in mod.functions.items() if gv not in same},
-                       attrs=mod.attrs, global_infos=mod.global_infos)
-    for gv, func in out.functions.items():
-        if isinstance(func, relax.Function):
-            out[gv] = rename.visit_expr(func)
-    return out
+    """Each distinct kernel once (``fusion_repairs.deduplicated_kernels``):
+    ``tvm.compile`` builds every kernel of the module."""
+    return deduplicated_kernels(mod)
 
 
 # No tensor has 2**62 elements along an axis.

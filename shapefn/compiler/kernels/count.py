@@ -64,6 +64,53 @@ def nonzero(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
     return ib.get()
 
 
+# Comparisons ``nonzero_of_compare`` tests elements with.
+COMPARISONS = {"greater": lambda a, b: a > b, "greater_equal": lambda a, b: a >= b,
+               "less": lambda a, b: a < b, "less_equal": lambda a, b: a <= b,
+               "equal": lambda a, b: a == b, "not_equal": lambda a, b: a != b}
+
+
+def compare_params(compare: str, threshold: float, column: int, dtype: str, upper) -> tuple:
+    """Names the kernel being built and declares its parameters (the GPU
+    form's are the same): ``(data, out, count)``, data ``[n]`` or, with a
+    column, ``[n, m]``; and the flag of element ``i``."""
+    n = tirx.Var("n", "int64")
+    T.func_name("nonzero_of_compare")
+    shape = [n] if column < 0 else [n, tirx.Var("m", "int64")]
+    data = arg("data", shape, dtype)
+    params = (data, arg("out", [1, upper], "int64"), arg("count", [1], "int64"))
+    bound = tirx.const(threshold, dtype)
+
+    def flag(i):
+        return COMPARISONS[compare](data[i] if column < 0 else data[i, column], bound)
+
+    return params, n, flag
+
+
+def nonzero_of_compare(compare: str, threshold: float, column: int, dtype: str = "float32") -> tirx.PrimFunc:
+    """``nonzero(compare(x, threshold))`` of a 1-D ``x`` (``column`` < 0) or
+    of column ``column`` of a 2-D ``x``: ``(data, out, count)`` as
+    ``nonzero``'s, the comparison made where the element is read."""
+    upper = tirx.Var("upper", "int64")
+    with IRBuilder() as ib, T.prim_func():
+        (data, out, count), n, flag = compare_params(compare, threshold, column, dtype, upper)
+        with T.Assert(upper >= n, "nonzero: out is smaller than data"):
+            flat = flat_view(out, upper, "int64")
+            total = local("int64", 0)
+            with T.serial(0, n) as i:
+                with T.If(flag(i)):
+                    with T.Then():
+                        total[0] = total[0] + 1
+            count[0] = total[0]
+            j = local("int64", 0)
+            with T.serial(0, n) as i:
+                with T.If(flag(i)):
+                    with T.Then():
+                        flat[j[0]] = i
+                        j[0] = j[0] + 1
+    return ib.get()
+
+
 # --------------------------------------------------------------------------- unique
 def unique_params(shape, numel, upper, dtype: str) -> tuple:
     """Names the unique kernel being built and declares its parameters (the

@@ -2,7 +2,8 @@
 
 Each function has the name, parameters and PrimFunc signature (argument
 order, shapes, dtypes, symbolic sizes) of its CPU form (``dynamic.topk``,
-``count.nonzero`` / ``unique`` / ``non_max_suppression``,
+``count.nonzero`` / ``nonzero_of_compare`` / ``unique`` /
+``non_max_suppression``,
 ``concat.sequential_concat``, ``scatter.scatter_elements``,
 ``scan.cumulative``) and the same results,
 bit for bit where the CPU form is deterministic; it returns a PrimFunc with
@@ -31,12 +32,12 @@ from .gpu_builder import (
     strided,
     unravel,
 )
-from .gpu_count import non_max_suppression, nonzero, unique
+from .gpu_count import non_max_suppression, nonzero, nonzero_of_compare, unique
 from .scatter import reduction_of, scatter_params, scatter_sizes
 from .tir_builder import arg, flat_view, i64, local, sizes
 
-__all__ = ["cumulative", "non_max_suppression", "nonzero", "scatter_elements", "sequential_concat", "topk",
-           "unique"]
+__all__ = ["cumulative", "non_max_suppression", "nonzero", "nonzero_of_compare", "scatter_elements",
+           "sequential_concat", "topk", "unique"]
 
 
 # --------------------------------------------------------------------------- topk

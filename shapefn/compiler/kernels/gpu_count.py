@@ -16,7 +16,15 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from .count import box_extents, is_nonzero, nms_params, nonzero_params, suppress_if_overlapping, unique_params
+from .count import (
+    box_extents,
+    compare_params,
+    is_nonzero,
+    nms_params,
+    nonzero_params,
+    suppress_if_overlapping,
+    unique_params,
+)
 from .gpu_builder import (
     THREADS,
     bitonic_pair,
@@ -127,6 +135,27 @@ def nonzero(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
             _count_tiles(flag, numel, tile_counts)
             _scan_tiles(tile_counts, ceildiv(numel, i64(_TILE)), count)
             _for_each_element(flag, numel, tile_counts, write)
+    return ib.get()
+
+
+def nonzero_of_compare(compare: str, threshold: float, column: int, dtype: str = "float32") -> tirx.PrimFunc:
+    """The CPU form's ``nonzero(compare(x, threshold))`` as ``nonzero``'s
+    parallel compaction."""
+    upper = tirx.Var("upper", "int64")
+    with IRBuilder() as ib, T.prim_func():
+        (data, out, count), n, flag = compare_params(compare, threshold, column, dtype, upper)
+        with T.Assert(upper >= n, "nonzero: out is smaller than data"):
+            out_flat = flat_view(out, upper, "int64")
+            tile_counts = _tile_count_buffer(n)
+
+            def write(f, flagged, rank):
+                with T.If(flagged):
+                    with T.Then():
+                        out_flat[rank] = f
+
+            _count_tiles(flag, n, tile_counts)
+            _scan_tiles(tile_counts, ceildiv(n, i64(_TILE)), count)
+            _for_each_element(flag, n, tile_counts, write)
     return ib.get()
 
 
