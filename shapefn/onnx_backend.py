@@ -1,0 +1,97 @@
+"""ONNX's backend interface (``onnx.backend.base``) over shapefn: a model is
+imported (``shapefn.frontend.from_onnx``), compiled for a shapefn device and
+run on shapefn's VM. ONNX's conformance suite runs through it::
+
+    import onnx.backend.test
+    import shapefn.onnx_backend
+    globals().update(onnx.backend.test.BackendTest(shapefn.onnx_backend, __name__).test_cases)
+
+ONNX names devices ``"CPU"`` and ``"CUDA"``. ``"CPU"`` runs on
+``shapefn.onnx_backend.DEVICE`` (``"sim"``, the modelled accelerator, unless
+changed to ``"host"`` or ``"opencl"``); ``prepare``/``run_model`` also take
+a shapefn device name as ``device``. ``"CUDA"`` runs on ``"cuda"``.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx.backend.base import Backend, BackendRep
+
+from .compiler.compile import compile as _compile
+from .devices import sim
+from .frontend import from_onnx
+from .vm import VirtualMachine
+
+__all__ = ["DEVICE", "ShapefnBackend", "ShapefnRep", "prepare", "run_model", "run_node", "supports_device"]
+
+# What ONNX's "CPU" device runs on.
+DEVICE = "sim"
+_SHAPEFN_DEVICES = ("sim", "host", "opencl", "cuda")
+
+
+def _device(device: str) -> str:
+    name = str(device)
+    kind = name.split(":")[0].upper()
+    if kind == "CPU":
+        return DEVICE
+    if kind == "CUDA":
+        return "cuda"
+    if name in _SHAPEFN_DEVICES:
+        return name
+    raise ValueError(f"device {device!r}: expected 'CPU', 'CUDA' or one of {', '.join(_SHAPEFN_DEVICES)}")
+
+
+class ShapefnRep(BackendRep):
+    """A model compiled for one device; ``run`` takes its inputs (a list in
+    the graph's order, or a mapping by name) and returns its outputs as
+    numpy arrays, in the graph's order."""
+
+    def __init__(self, model: onnx.ModelProto, device: str):
+        self.device = device
+        initializers = {i.name for i in model.graph.initializer}
+        self.input_names = [i.name for i in model.graph.input if i.name not in initializers]
+        self.output_names = [o.name for o in model.graph.output]
+        self.executable = _compile(from_onnx(model), device)
+        self.vm = VirtualMachine(self.executable, sim() if device == "sim" else device)
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        if isinstance(inputs, Mapping):
+            missing = [n for n in self.input_names if n not in inputs]
+            if missing:
+                raise ValueError(f"inputs missing: {', '.join(missing)} (the model takes {self.input_names})")
+            args = [inputs[n] for n in self.input_names]
+        else:
+            args = list(inputs) if isinstance(inputs, Sequence) else [inputs]
+            if len(args) != len(self.input_names):
+                raise ValueError(f"the model takes {len(self.input_names)} inputs {self.input_names}, "
+                                 f"got {len(args)}")
+        outputs = self.vm(*[np.asarray(a) for a in args])
+        outputs = outputs if isinstance(outputs, list | tuple) else [outputs]
+        return tuple(o.numpy() for o in outputs)
+
+
+class ShapefnBackend(Backend):
+    @classmethod
+    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> ShapefnRep:
+        return ShapefnRep(model, _device(device))
+
+    @classmethod
+    def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple:
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        try:
+            _device(device)
+        except ValueError:
+            return False
+        return True
+
+
+prepare = ShapefnBackend.prepare
+run_model = ShapefnBackend.run_model
+run_node = ShapefnBackend.run_node
+supports_device = ShapefnBackend.supports_device
