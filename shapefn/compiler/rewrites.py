@@ -209,12 +209,10 @@ class _SizeValues(relax.PyExprMutator):
     def known(self, expr: relax.Expr) -> _Known | None:
         """The elements of ``expr`` if they follow from sizes and constants."""
         if isinstance(expr, relax.Var):
-            k = expr.vid if hasattr(expr, "vid") else expr
-            if k not in self._memo:
+            if expr not in self._memo:
                 bound = self.lookup_binding(expr)
-                self._memo[k] = self._known_call(bound) if isinstance(bound, relax.Call) else (
-                    self._known_const(bound) if bound is not None and is_tensor_const(bound) else None)
-            return self._memo[k]
+                self._memo[expr] = self.known(bound) if bound is not None else None
+            return self._memo[expr]
         if is_tensor_const(expr):
             return self._known_const(expr)
         if isinstance(expr, relax.Call):
@@ -245,13 +243,14 @@ class _SizeValues(relax.PyExprMutator):
             if dims is None:
                 return None
             return self._simplified([tirx.Cast("int64", d) if str(d.ty) != "int64" else d for d in dims], out)
-        args = [self.known(a) for a in call.args[:1]]
         if name in _SAME_VALUES or name == "relax.astype" and str(call.args[0].ty.dtype) in (*_INT_DTYPES, "bool"):
-            return _Known(out, args[0].values) if args[0] is not None else None
+            data = self.known(call.args[0])
+            return _Known(out, data.values) if data is not None else None
         if name in _REDUCTIONS:
-            if args[0] is None or not args[0].values or call.attrs.axis is not None and len(args[0].shape) > 1:
+            data = self.known(call.args[0])
+            if data is None or not data.values or call.attrs.axis is not None and len(data.shape) > 1:
                 return None
-            return self._simplified([functools.reduce(_REDUCTIONS[name], args[0].values)], out)
+            return self._simplified([functools.reduce(_REDUCTIONS[name], data.values)], out)
         if name == "relax.take":
             return self._take(call, out)
         if name == "relax.strided_slice":
@@ -296,9 +295,9 @@ class _SizeValues(relax.PyExprMutator):
         if data is None or len(data.shape) != 1:
             return None
         fields = [[_int(f.value) for f in arg.fields] for arg in call.args[1:]]
-        if any(v is None for f in fields for v in f) or [a for a in fields[0]] not in ([0], [-1]):
-            return None
         step = fields[3][0] if len(fields) > 3 else 1
+        if any(v is None for f in fields for v in f) or fields[0] not in ([0], [-1]) or step == 0:
+            return None
         values = data.values[fields[1][0]:fields[2][0]:step]
         return _Known(out, values) if len(values) == int(np.prod(out, dtype=np.int64)) else None
 
@@ -319,7 +318,9 @@ class _SizeValues(relax.PyExprMutator):
             known = self.known(call.args[0])
             return relax.ShapeExpr(_int64(known.values)) if known is not None else call
         if call.op.name in ("relax.maximum", "relax.minimum"):
-            return self._clamp(call)
+            clamp = self._clamp(call)
+            if clamp is not None:
+                return clamp
         if call.op.name == "relax.concat":
             runs = self._runs(call)
             if runs is not None:
@@ -338,16 +339,17 @@ class _SizeValues(relax.PyExprMutator):
         tensor = relax.op.reshape(relax.op.shape_to_tensor(relax.ShapeExpr(_int64(known.values))), known.shape)
         return tensor if dtype == "int64" else relax.op.astype(tensor, dtype)
 
-    def _clamp(self, call: relax.Call) -> relax.Expr:
-        """``maximum``/``minimum`` of a float tensor and a scalar constant as ``clip``."""
+    def _clamp(self, call: relax.Call) -> relax.Expr | None:
+        """``maximum``/``minimum`` of a float tensor and a scalar constant as
+        ``clip``; None for any other (integer ones may be sizes)."""
         x, bound = call.args
         if not (isinstance(x.ty, relax.TensorType) and isinstance(call.ty, relax.TensorType)
                 and str(x.ty.dtype).startswith("float") and x.ty.shape is not None and call.ty.shape is not None
                 and tvm_ffi.structural_equal(x.ty.shape, call.ty.shape)):
-            return call
+            return None
         value = self._scalar_constant(bound)
         if value is None:
-            return call
+            return None
         if call.op.name == "relax.maximum":
             return relax.op.clip(x, value, float("inf"))
         return relax.op.clip(x, float("-inf"), value)
