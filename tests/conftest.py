@@ -220,6 +220,24 @@ def onnx_check(request):
     return check
 
 
+def assert_parallel_on_gpus(mod: tvm.IRModule, kinds=("cuda", "opencl")) -> None:
+    """Every device kernel of ``mod`` compiled for each of ``kinds`` (the
+    kernels scheduled, not built: no nvcc run) launches GPU threads and does
+    all its work in them, and none is a one-thread kernel."""
+    from shapefn.compiler import target_schedule
+    from shapefn.compiler.compile import scheduled_kernels
+
+    for kind in kinds:
+        scheduled = scheduled_kernels(mod, kind)
+        assert scheduled is not None and scheduled.single_thread == (), (kind, scheduled and scheduled.single_thread)
+        on_device = [(gv.name_hint, func) for gv, func in scheduled.module.functions.items()
+                     if func.attrs["target"].kind.name == kind]
+        assert on_device, kind
+        for name, func in on_device:
+            assert target_schedule.binds_threads(func), (kind, name)
+            assert not target_schedule._host_work(func), (kind, name, target_schedule._host_work(func))
+
+
 def sym(name: str) -> tvm.tirx.Var:
     """An int64 size variable."""
     return tvm.tirx.Var(name, "int64")

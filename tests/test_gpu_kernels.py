@@ -187,6 +187,53 @@ def test_unique_matches_the_cpu_form(unique_libs, name, data):
     np.testing.assert_array_equal(gpu[4][:u], counts)
 
 
+UNIQUE_SLICES = {"f32_sorted": ("float32", True), "i64_first": ("int64", False), "i64_sorted": ("int64", True)}
+
+
+@pytest.fixture(scope="module")
+def unique_slices_libs():
+    def forms(module):
+        return {name: module.unique_slices(*args) for name, args in UNIQUE_SLICES.items()}
+    return gpu_build(forms(gpu_kernels)), kernels.build(forms(count_kernels))
+
+
+def numpy_unique_rows(data, is_sorted):
+    """np.unique along axis 0 (values, first indices, inverse, counts), in
+    first-occurrence order when not ``is_sorted`` (ONNX's sorted=0)."""
+    values, first, inverse, counts = np.unique(data, axis=0, return_index=True, return_inverse=True,
+                                               return_counts=True)
+    inverse = inverse.reshape(-1)
+    if not is_sorted:
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        values, first, counts, inverse = values[order], first[order], counts[order], rank[inverse]
+    return values, first, inverse, counts
+
+
+@opencl
+@pytest.mark.parametrize("name, data", [
+    ("i64_sorted", np.random.default_rng(5).integers(0, 3, (40, 2))),
+    ("i64_first", np.random.default_rng(5).integers(0, 3, (40, 2))),
+    ("i64_first", np.random.default_rng(6).integers(0, 2, (700, 3))),  # several work groups and tiles
+    ("i64_sorted", np.full((5, 4), 7, "int64")),
+    ("i64_sorted", np.zeros((0, 3), "int64")),
+    ("i64_first", np.arange(12, dtype="int64").reshape(12, 1)[::-1].copy()),
+    ("f32_sorted", np.random.default_rng(7).standard_normal((300, 2)).round(0).astype("float32")),
+])
+def test_unique_slices_match_the_cpu_form_and_numpy(unique_slices_libs, name, data):
+    rows, width = data.shape
+    gpu, cpu = both(name, *unique_slices_libs, data, np.zeros_like(data), np.zeros(rows, "int64"),
+                    np.zeros(rows, "int64"), np.zeros(rows, "int64"), np.zeros(1, "int64"))
+    u = int(gpu[5][0])
+    assert u == int(cpu[5][0])
+    for g, c in zip([gpu[1][:u], gpu[2][:u], gpu[3], gpu[4][:u]], [cpu[1][:u], cpu[2][:u], cpu[3], cpu[4][:u]]):
+        np.testing.assert_array_equal(g.view(np.uint8), c.view(np.uint8))
+    want = numpy_unique_rows(data, UNIQUE_SLICES[name][1])
+    for got, expected in zip([gpu[1][:u], gpu[2][:u], gpu[3], gpu[4][:u]], want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
 # --------------------------------------------------------------------------- NMS
 @pytest.fixture(scope="module")
 def nms_libs():
@@ -343,6 +390,7 @@ ALL_KERNELS = {
     "topk": lambda: gpu_kernels.topk(2, 1),
     "nonzero": lambda: gpu_kernels.nonzero(3, "float32"),
     "unique": lambda: gpu_kernels.unique("float32"),
+    "unique_slices": lambda: gpu_kernels.unique_slices("int64", False),
     "non_max_suppression": lambda: gpu_kernels.non_max_suppression(0),
     "sequential_concat": lambda: gpu_kernels.sequential_concat(3, 2, 1, "float32"),
     "scatter_elements": lambda: gpu_kernels.scatter_elements(2, 1, "add", "float32", "int64"),
@@ -368,6 +416,7 @@ def test_gpu_forms_have_the_cpu_forms_signatures():
         (gpu_kernels.topk(3, 1, "int64", False), dyn_kernels.topk(3, 1, "int64", False)),
         (gpu_kernels.nonzero(2, "bool"), count_kernels.nonzero(2, "bool")),
         (gpu_kernels.unique("int64", 2), count_kernels.unique("int64", 2)),
+        (gpu_kernels.unique_slices("float32", True), count_kernels.unique_slices("float32", True)),
         (gpu_kernels.non_max_suppression(1), count_kernels.non_max_suppression(1)),
         (gpu_kernels.sequential_concat(3, 2, 0, "float16"), concat.sequential_concat(3, 2, 0, "float16")),
         (gpu_kernels.scatter_elements(2, 1, "mean", "float32", "int32"),

@@ -26,7 +26,7 @@ from tvm import relax
 
 import shapefn
 import shapefn.relax
-from conftest import DEVICE_INDEPENDENT_COUNTERS, DEVICES, opencl
+from conftest import DEVICE_INDEPENDENT_COUNTERS, DEVICES, assert_parallel_on_gpus, opencl
 from shapefn.bench.models import materialize
 from shapefn.frontend import from_onnx
 
@@ -164,6 +164,12 @@ def test_opencl_build_has_no_serial_kernel(compiled, name):
     assert kernels
     serial = [kernel for kernel, _, body in kernels if not re.search(r"get_(local|group|global)_id", body)]
     assert not serial, serial
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_gpu_builds_have_no_serial_kernel(compiled, name):
+    compiled.session(name)
+    assert_parallel_on_gpus(from_onnx(compiled.protos[name]))
 
 
 # One model (the one with more kinds of kernels: RoI align, per-level NMS):

@@ -14,7 +14,7 @@ import pytest
 from tvm.relax.frontend.onnx import from_onnx
 
 import shapefn
-from conftest import DEVICES, device_independent
+from conftest import DEVICES, assert_parallel_on_gpus, device_independent
 
 SILERO_VERSION = "6.2.3"
 MODEL = "silero_vad/data/silero_vad_op18_ifless.onnx"
@@ -86,3 +86,7 @@ def test_silero_vad_matches_onnxruntime(silero, device, batch):
         on_sim = run_chunks(exe("sim"), "sim", batch)
         for i, ((*_, counters), (*_, want)) in enumerate(zip(calls, on_sim)):
             assert device_independent(counters) == device_independent(want), f"call {i}"
+
+
+def test_gpu_builds_have_no_serial_kernel():
+    assert_parallel_on_gpus(from_onnx(onnx.load(silero_model()), keep_params_in_input=False))

@@ -16,7 +16,7 @@ import onnxruntime as ort
 import pytest
 
 import shapefn
-from conftest import DEVICES, device_independent
+from conftest import DEVICES, assert_parallel_on_gpus, device_independent
 from shapefn.bench import pypi_models
 
 pytestmark = pytest.mark.model
@@ -90,6 +90,11 @@ def test_model_matches_onnxruntime(name, device, compiled):
     on_sim = _sim_runs.get(name) or run_calls(compiled(name, "sim"), "sim", feeds)
     for i, ((_, counters), (_, want)) in enumerate(zip(runs, on_sim)):
         assert counters == want, f"call {i}: counters on {device} differ from those on sim"
+
+
+@pytest.mark.parametrize("name", list(pypi_models.MODELS))
+def test_gpu_builds_have_no_serial_kernel(name):
+    assert_parallel_on_gpus(shapefn.from_onnx(str(fetched(name))))
 
 
 def test_models_benchmark_runs_pypi_models(capsys):

@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 
 import shapefn
-from conftest import device_independent, opencl
+from conftest import assert_parallel_on_gpus, device_independent, opencl
 from shapefn.bench.models import materialize
 from shapefn.frontend import from_onnx
 
@@ -141,3 +141,10 @@ def test_detections_match_onnxruntime(compiled, name, device, size):
         if (name, x.shape) not in compiled.sim_counters:
             compiled.run(name, "sim", x)
         assert device_independent(counters) == compiled.sim_counters[name, x.shape]
+
+
+@pytest.mark.parametrize("name", RUNS["opencl"])
+def test_gpu_builds_have_no_serial_kernel(name):
+    """Every model of the family (opset 17: the opset-11 graphs have the
+    same kernels) compiled for CUDA and OpenCL: every device kernel parallel."""
+    assert_parallel_on_gpus(from_onnx(materialize(DATA, name)))

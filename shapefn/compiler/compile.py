@@ -22,7 +22,8 @@ from . import codegen, host_params, placement, schedule, target_schedule
 from .lower_dynamic import lower_dynamic_ops
 from .relax_passes import lower
 
-__all__ = ["build_kernels", "compile", "gc_paused", "lower", "lower_dynamic_ops", "schedule_kernels"]
+__all__ = ["build_kernels", "compile", "gc_paused", "lower", "lower_dynamic_ops", "schedule_kernels",
+           "scheduled_kernels"]
 
 
 def _target_for(device: str, target) -> tvm.target.Target:
@@ -73,26 +74,41 @@ def compile(mod: tvm.IRModule, device: str = "sim", *, target=None,  # noqa: A00
         cuda_archs = cuda_fatbin.architectures(tvm_target, cuda_archs)  # (a bad name fails before the compile)
     elif cuda_archs is not None:
         raise ValueError(f"cuda_archs is for CUDA builds; this one is for {tvm_target.kind.name}")
-    gpu = target_schedule.is_gpu(tvm_target)
-    policy = placement.policy_for(device)
     with gc_paused():
-        with report.phase("lowering data-dependent ops"):
-            mod = lower_dynamic_ops(mod, gpu)                      # data-dependent ops -> shape functions
-        with report.phase("TVM's Relax passes"):
-            mod = lower(mod, tvm_target)                           # TVM's Relax passes, shapefn's legalizations
-        with report.phase("placement and bytecode"):
-            host = host_params.plan(mod, policy)                   # loops' tensors read only for shapes
-            mod = host_params.read_back_host_params(mod, host)
-            places = placement.place_module(mod, policy, host)     # host or device, per tensor and kernel
-            readbacks = schedule.schedule_module(mod)              # readbacks batched, one sync per phase
-            generated = codegen.generate(mod, places, readbacks, separate_host_kernels=gpu)  # bytecode
-        with report.phase("scheduling kernels"):
-            scheduled = schedule_kernels(mod, generated, tvm_target)  # each kernel for its processor
+        generated, scheduled = _generate(mod, device, tvm_target, report)
         with report.phase("building kernels"):
             library, library_path = build_kernels(scheduled, tvm_target, report, cuda_archs)  # via the kernel cache
         return generated.program.build(library=library, library_path=library_path, default_dependence=dependence,
                                        host_cpu_features=target_schedule.host_cpu_features(tvm_target),
                                        device_code=target_schedule.device_code(tvm_target) if library else "")
+
+
+def _generate(mod: tvm.IRModule, device: str, tvm_target: tvm.target.Target, report: Progress):
+    """The bytecode and the scheduled kernels of ``mod`` for ``device``."""
+    gpu = target_schedule.is_gpu(tvm_target)
+    policy = placement.policy_for(device)
+    with report.phase("lowering data-dependent ops"):
+        mod = lower_dynamic_ops(mod, gpu)                      # data-dependent ops -> shape functions
+    with report.phase("TVM's Relax passes"):
+        mod = lower(mod, tvm_target)                           # TVM's Relax passes, shapefn's legalizations
+    with report.phase("placement and bytecode"):
+        host = host_params.plan(mod, policy)                   # loops' tensors read only for shapes
+        mod = host_params.read_back_host_params(mod, host)
+        places = placement.place_module(mod, policy, host)     # host or device, per tensor and kernel
+        readbacks = schedule.schedule_module(mod)              # readbacks batched, one sync per phase
+        generated = codegen.generate(mod, places, readbacks, separate_host_kernels=gpu)  # bytecode
+    with report.phase("scheduling kernels"):
+        scheduled = schedule_kernels(mod, generated, tvm_target)  # each kernel for its processor
+    return generated, scheduled
+
+
+def scheduled_kernels(mod: tvm.IRModule, device: str) -> target_schedule.ScheduledKernels | None:
+    """The kernels ``compile(mod, device)`` builds, scheduled, without
+    building them (None if none): what a check of a build for a device this
+    machine has no compiler or driver for can inspect. Raises as
+    ``compile`` does for a kernel that cannot run where it is placed."""
+    with gc_paused():
+        return _generate(mod, device, _target_for(device, None), QUIET)[1]
 
 
 def schedule_kernels(mod: tvm.IRModule, generated: codegen.GeneratedProgram,

@@ -12,16 +12,22 @@ that never happens.
   its work in GPU threads (shapefn's hand-written GPU forms, picked by
   ``kernel_form`` while lowering) is kept as it is; any other gets TVM's
   default GPU schedules, the dlight rules TVM's own GPU pipelines apply
-  (which also bind what a partly bound kernel of TVM's leaves). A kernel no
-  rule schedules (plain TIR with serial loops and no blocks, as shapefn's
-  IR-builder kernels that have no GPU form) runs whole in a single GPU
-  thread: correct and slow, so it is logged and listed (``single_thread``).
+  (which also bind what a partly bound kernel of TVM's leaves), the first
+  rule whose result does all its work in GPU threads. A kernel no rule
+  schedules is refused (``SerialKernelError``): its loops would run in one
+  GPU thread, serial work at GPU clock speed. Only a kernel without loops (a
+  few scalar operations, one launch of one thread) runs in one thread; it
+  is listed (``single_thread``).
   A kernel placed on the host (shape arithmetic on host values) is built for
   the host target, with the CPU schedule, in the same library; a GPU form
   names its CPU form for that (``host_form``).
   Reductions of every element to one value get shapefn's own rule
   (``_FullReduction``): one thread block folding the elements, its threads
-  combined by TVM's cross-thread reduction.
+  combined by TVM's cross-thread reduction, and what follows in the kernel
+  spread over the same threads. Kernels of several blocks whose
+  bindings TVM's Fallback cannot decompose (softmax over an inner axis of
+  a symbolic extent) get ``_ThreadPerOutput``: a GPU thread per output
+  element of each block.
 * Every device kernel is then checked: a buffer access to memory that is
   not thread-local outside any GPU thread, a host loop around launches of
   one thread (serial work a launch at a time), or a call of a packed
@@ -32,7 +38,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import logging
 import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -50,13 +55,12 @@ from .kernels import gpu as gpu_kernels
 GPU_KINDS = frozenset({"cuda", "rocm", "opencl", "vulkan", "metal"})
 # Part of every GPU build's kernel keys: a change to the rules, the
 # single-thread form or the check here rebuilds GPU libraries.
-GPU_VERSION = "dlight-default-2"
+GPU_VERSION = "dlight-default-3"
 
 # The attribute of a GPU kernel form naming its CPU form (``kernel_form``):
 # ["module:generator", *arguments].
 HOST_FORM = "shapefn.host_form"
 
-_log = logging.getLogger(__name__)
 # Packed calls are made by host code through the TVM runtime; a device
 # kernel cannot make them (and shapefn cannot tell whether the callee
 # expects device memory).
@@ -75,13 +79,18 @@ class KernelPlacementError(RuntimeError):
     do work on the host; on the host, one written for GPU threads only."""
 
 
+class SerialKernelError(KernelPlacementError):
+    """A device kernel with no parallel GPU schedule: its loops would run in
+    one GPU thread."""
+
+
 @dataclass(frozen=True)
 class ScheduledKernels:
     """The kernels of one build, scheduled: ``module`` (the PrimFuncs under
     their names; for a GPU target each carries its ``target``: the device's,
     or the host's for kernels run on the host), ``version`` (what the kernel
-    cache keys them with) and ``single_thread`` (device kernels no GPU
-    schedule applied to, running in one GPU thread)."""
+    cache keys them with) and ``single_thread`` (device kernels without
+    loops, launched as one GPU thread)."""
     module: tvm.IRModule
     version: str
     single_thread: tuple[str, ...] = ()
@@ -177,9 +186,6 @@ def schedule(kernels: Mapping[str, tirx.PrimFunc], target: tvm.target.Target,
         funcs[name] = func.with_attr("target", target).with_attr("global_symbol", name)
         if alone:
             single_thread.append(name)
-    if single_thread:
-        _log.warning("%d kernel(s) have no %s schedule and run in one GPU thread: %s",
-                     len(single_thread), target.kind.name, ", ".join(sorted(single_thread)))
     return ScheduledKernels(tvm.IRModule(funcs), version(target), tuple(single_thread))
 
 
@@ -193,7 +199,9 @@ def _host_kernel(name: str, func: tirx.PrimFunc) -> tirx.PrimFunc:
 
 def _device_kernel(name: str, func: tirx.PrimFunc, target: tvm.target.Target) -> tuple[tirx.PrimFunc, bool]:
     """``func`` scheduled for the device, and whether it got the
-    single-thread form; raises ``KernelPlacementError`` if it cannot run there."""
+    single-thread form (a kernel without loops); raises
+    ``KernelPlacementError`` if it cannot run there, ``SerialKernelError``
+    if it has loops and no parallel schedule."""
     alone = False
     problems = _host_work(func)
     if problems:  # (a kernel written for GPU threads has none: it is kept as written)
@@ -207,20 +215,27 @@ def _device_kernel(name: str, func: tirx.PrimFunc, target: tvm.target.Target) ->
     if problems:
         shown = "; ".join(problems[:3]) + ("; ..." if len(problems) > 3 else "")
         raise KernelPlacementError(f"kernel '{name}' cannot run on the {target.kind.name} device: it {shown}")
+    loops = _serial_loops(func) if alone else 0
+    if loops:
+        raise SerialKernelError(
+            f"kernel '{name}' has no parallel {target.kind.name} schedule: {loops} of its loops would run "
+            "in one GPU thread. Compile for the CPU, or give the kernel a GPU form (compiler/kernels/gpu.py)")
     return func, alone
 
 
 def _dlight(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.PrimFunc | None:
     """``func`` under the first of TVM's default GPU rules that schedules
-    it, or None. Like ``dlight.ApplyDefaultSchedule``, except that a rule
-    that fails on the kernel (some assert on shapes they do not expect)
-    passes it on to the next instead of failing the compile."""
+    it with all its work in GPU threads, or None. Like
+    ``dlight.ApplyDefaultSchedule``, except that a rule that fails on the
+    kernel (some assert on shapes they do not expect) or leaves work on the
+    host (GeneralReduction's host loop of one-thread launches) passes it on
+    to the next instead."""
     if not isinstance(func.body, s_tir.SBlockRealize):
         return None  # the rules need blocks
     # (_FullReduction first: GeneralReduction takes full reductions too, and
     # launches a one-thread kernel per element from a host loop.)
     rules = (_FullReduction(), dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(),
-             dlight.gpu.GeneralReduction(), dlight.gpu.Fallback())
+             dlight.gpu.GeneralReduction(), dlight.gpu.Fallback(), _ThreadPerOutput())
     with target:
         for rule in rules:
             try:
@@ -230,7 +245,9 @@ def _dlight(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.PrimFunc | N
             if space is None:
                 continue
             sch = space[0] if isinstance(space, list) else space
-            return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+            scheduled = sch.mod["main"]
+            if not _host_work(scheduled):
+                return scheduled.with_attr("tirx.is_scheduled", True)
     return None
 
 
@@ -242,15 +259,15 @@ class _FullReduction:
     the reduction runs in one thread block: each of ``THREADS`` threads folds
     a strided part of the elements, then the threads combine their values
     (TVM lowers a reduction over a thread-bound loop to a cross-thread
-    all-reduce); blocks after it that compute a scalar from the result (no
-    loops) run in the same launch."""
+    all-reduce, whose result every thread holds); the blocks after it run in
+    the same launch, their elements spread over the same threads."""
 
     THREADS = 256
 
     def apply(self, func: tirx.PrimFunc, target: tvm.target.Target, tunable: bool):
         sch = s_tir.Schedule(func)
         blocks = sch.get_child_blocks(sch.get_sblock(func.body.block.name_hint))
-        if not blocks or not _reduces_everything(sch, blocks[0]) or any(sch.get_loops(b) for b in blocks[1:]):
+        if not blocks or not _reduces_everything(sch, blocks[0]):
             return None
         reduction = blocks[0]
         steps, lane = sch.split(sch.fuse(*sch.get_loops(reduction)), [None, self.THREADS])
@@ -259,8 +276,50 @@ class _FullReduction:
         sch.bind(launch, "blockIdx.x")
         sch.bind(lane, "threadIdx.x")
         sch.set_scope(reduction, 0, "local")
-        for block in reversed(blocks[1:]):
+        epilogue = blocks[1:]
+        for block in epilogue[:-1]:  # intermediates: inlined, or scalars every thread computes
+            try:
+                sch.compute_inline(block)
+                epilogue.remove(block)
+            except s_tir.ScheduleError:
+                if sch.get_loops(block):
+                    return None  # (its elements would be exchanged between threads)
+                sch.set_scope(block, 0, "local")
+        for block in epilogue:  # (in order: each one's producers are in the launch before it)
             sch.reverse_compute_at(block, launch)
+            loops = sch.get_loops(block)[1:]
+            if loops:
+                _, threads = sch.split(sch.fuse(*loops), [None, self.THREADS])
+                sch.bind(threads, "threadIdx.x")
+        return sch
+
+
+class _ThreadPerOutput:
+    """TVM's Fallback rule (each block's spatial loops fused and spread over
+    threads, its reduction loops serial in each thread) without its
+    decomposition of reductions into an init and an update block, which
+    fails when a block's bindings are not quasi-affine (extents that are
+    sums of quotients of symbolic sizes); the init stays in the block."""
+
+    def apply(self, func: tirx.PrimFunc, target: tvm.target.Target, tunable: bool):
+        sch = s_tir.Schedule(func)
+        infos = dlight.analysis.normalize_prim_func(sch)
+        if infos is None:
+            return None
+        threads = dlight.base.max_threads_per_block(target)
+        for info in dlight.base.try_inline(sch, infos):
+            block = info.block_rv
+            loops = sch.get_loops(block)
+            if any(sch.get(loop).thread_binding is not None for loop in loops):
+                continue
+            kinds = {"S": [], "R": [], "O": []}
+            for loop, kind in zip(loops, info.dom_kind()):
+                kinds[kind].append(loop)
+            spatial = kinds["S"] or [sch.add_unit_loop(block)]
+            sch.reorder(*spatial, *kinds["R"], *kinds["O"])
+            outer, inner = sch.split(sch.fuse(*spatial), [None, threads])
+            sch.bind(outer, "blockIdx.x")
+            sch.bind(inner, "threadIdx.x")
         return sch
 
 
@@ -417,6 +476,23 @@ def _host_work(func: tirx.PrimFunc) -> list[str]:
 
     tvm_ffi.structural_walk(func.body, [(ir.Call, call)])
     return list(dict.fromkeys(problems))
+
+
+def _serial_loops(func: tirx.PrimFunc) -> int:
+    """How many loops of more than one iteration (``while`` loops included)
+    ``func`` runs outside any parallel thread binding."""
+    loops = []
+
+    def loop(node):
+        if node.kind == tirx.ForKind.THREAD_BINDING and not (isinstance(node.extent, tirx.IntImm)
+                                                             and node.extent.value == 1):
+            return tvm_ffi.WalkResult.SKIP
+        if not (isinstance(node.extent, tirx.IntImm) and node.extent.value <= 1):
+            loops.append(node)
+        return None
+
+    tvm_ffi.structural_walk(func.body, [(tirx.For, loop), (tirx.While, loops.append)], order="pre")
+    return len(loops)
 
 
 def _is_local(scope: str) -> bool:

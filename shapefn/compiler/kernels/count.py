@@ -181,7 +181,17 @@ def unique(dtype: str = "float32", ndim: int = 1) -> tirx.PrimFunc:
     return ib.get()
 
 
-def _compare_rows(a, a_row, b, b_row, width):
+def unique_slices_params(rows, width, dtype: str) -> tuple:
+    """Names the unique-slices kernel being built and declares its
+    parameters (the GPU form's are the same): ``(data, values,
+    first_indices, inverse, counts, count)``."""
+    T.func_name("unique_slices")
+    return (arg("data", [rows, width], dtype), arg("values", [rows, width], dtype),
+            arg("first_indices", [rows], "int64"), arg("inverse", [rows], "int64"),
+            arg("counts", [rows], "int64"), arg("count", [1], "int64"))
+
+
+def compare_rows(a, a_row, b, b_row, width):
     """-1, 0 or 1 as row ``a_row`` of 2-d ``a`` comes before, equals or comes
     after row ``b_row`` of ``b`` in lexicographic order; a local scalar."""
     order = local("int64", 0)
@@ -206,13 +216,7 @@ def unique_slices(dtype: str = "float32", is_sorted: bool = True) -> tirx.PrimFu
     """
     rows, width = tirx.Var("rows", "int64"), tirx.Var("width", "int64")
     with IRBuilder() as ib, T.prim_func():
-        T.func_name("unique_slices")
-        data = arg("data", [rows, width], dtype)
-        values = arg("values", [rows, width], dtype)
-        first = arg("first_indices", [rows], "int64")
-        inverse = arg("inverse", [rows], "int64")
-        counts = arg("counts", [rows], "int64")
-        count = arg("count", [1], "int64")
+        data, values, first, inverse, counts, count = unique_slices_params(rows, width, dtype)
         total = local("int64", 0)
 
         def find(row):
@@ -220,7 +224,7 @@ def unique_slices(dtype: str = "float32", is_sorted: bool = True) -> tirx.PrimFu
             lo, hi = local("int64", 0), local("int64", total[0])
             with T.While(lo[0] < hi[0]):
                 mid = lo[0] + ((hi[0] - lo[0]) >> 1)
-                with T.If(_compare_rows(values, mid, data, row, width)[0] < 0):
+                with T.If(compare_rows(values, mid, data, row, width)[0] < 0):
                     with T.Then():
                         lo[0] = mid + 1
                     with T.Else():
@@ -238,7 +242,7 @@ def unique_slices(dtype: str = "float32", is_sorted: bool = True) -> tirx.PrimFu
             seen = local("bool", tirx.const(False))
             with T.If(p < total[0]):
                 with T.Then():
-                    seen[0] = _compare_rows(values, p, data, i, width)[0] == 0
+                    seen[0] = compare_rows(values, p, data, i, width)[0] == 0
             with T.If(seen[0]):
                 with T.Then():
                     counts[p] = counts[p] + 1

@@ -19,11 +19,13 @@ from tvm.script.ir_builder import tirx as T
 from .count import (
     box_extents,
     compare_params,
+    compare_rows,
     is_nonzero,
     nms_params,
     nonzero_params,
     suppress_if_overlapping,
     unique_params,
+    unique_slices_params,
 )
 from .gpu_builder import (
     THREADS,
@@ -235,6 +237,78 @@ def unique(dtype: str = "float32", ndim: int = 1) -> tirx.PrimFunc:
                     with T.Then():
                         end = tirx.if_then_else(u + 1 < runs, starts[u + 1], numel)
                         counts[u] = end - starts[u]
+    return ib.get()
+
+
+def unique_slices(dtype: str = "float32", is_sorted: bool = True) -> tirx.PrimFunc:
+    """ONNX Unique along an axis, on ``rows`` slices of ``width`` elements:
+    ``(data, values, first_indices, inverse, counts, count)``, as the CPU
+    form, with the same results. Slices are compared whole, pair by pair,
+    a work item per slice (``rows**2 * width`` work in all, spread over
+    ``rows`` work items):
+
+    1. each slice finds the first slice equal to it (its representative);
+    2. the representatives are counted (a compaction), which with
+       ``is_sorted=False`` also ranks them by first occurrence; with
+       ``is_sorted=True`` each representative's rank is the number of
+       representatives before it in lexicographic order;
+    3. each representative writes its slice, index and number of copies at
+       its rank, and each slice then reads its representative's rank as
+       its ``inverse``.
+    NaNs are not supported (as in the CPU form)."""
+    rows, width = tirx.Var("rows", "int64"), tirx.Var("width", "int64")
+    with IRBuilder() as ib, T.prim_func():
+        data, values, first, inverse, counts, count = unique_slices_params(rows, width, dtype)
+        scratch = tirx.max(rows, i64(1))
+        representative = T.buffer_proxy(T.alloc_buffer((scratch,), "int64", scope="global"))
+        rank_of = T.buffer_proxy(T.alloc_buffer((scratch,), "int64", scope="global"))
+        tile_counts = _tile_count_buffer(rows)
+        with launch_per_element(rows) as i:
+            found = local("int64", -1)
+            with T.serial(0, i + 1) as j:
+                with T.If(tirx.And(found[0] < 0, compare_rows(data, j, data, i, width)[0] == 0)):
+                    with T.Then():
+                        found[0] = j
+            representative[i] = found[0]
+
+        def represents(i):
+            return representative[i] == i
+
+        def write(i, rank):
+            copies = local("int64", 0)
+            with T.serial(i, rows) as k:
+                with T.If(representative[k] == i):
+                    with T.Then():
+                        copies[0] = copies[0] + 1
+            with T.serial(0, width) as c:
+                values[rank, c] = data[i, c]
+            first[rank] = i
+            counts[rank] = copies[0]
+            rank_of[i] = rank
+
+        _count_tiles(represents, rows, tile_counts)
+        _scan_tiles(tile_counts, ceildiv(rows, i64(_TILE)), count)
+        if is_sorted:
+            with launch_per_element(rows) as i:
+                with T.If(represents(i)):
+                    with T.Then():
+                        before = local("int64", 0)
+                        with T.serial(0, rows) as j:
+                            with T.If(represents(j)):
+                                with T.Then():
+                                    with T.If(compare_rows(data, j, data, i, width)[0] < 0):
+                                        with T.Then():
+                                            before[0] = before[0] + 1
+                        write(i, before[0])
+        else:
+            def write_flagged(i, flagged, rank):
+                with T.If(flagged):
+                    with T.Then():
+                        write(i, rank)
+
+            _for_each_element(represents, rows, tile_counts, write_flagged)
+        with launch_per_element(rows) as i:
+            inverse[i] = rank_of[representative[i]]
     return ib.get()
 
 
