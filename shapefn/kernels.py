@@ -12,7 +12,7 @@ from tvm import tirx
 
 from . import kernel_cache
 from .compiler import target_schedule
-from .compiler.kernels.count import nonzero_1d
+from .compiler.kernels import count
 from .compiler.kernels.elementwise import scale
 from .compiler.kernels.slicing import roi_params, strided_slice, strided_slice_scalar
 
@@ -37,3 +37,10 @@ def build(funcs: Mapping[str, tirx.PrimFunc], target="llvm", host: Collection[st
     scheduled = target_schedule.schedule(funcs, target, host)
     library, _ = kernel_cache.build(scheduled.module, target, scheduled.version)
     return library
+
+
+def nonzero_1d(dtype: str = "float32", gpu: bool = False) -> tirx.PrimFunc:
+    """``(x[n], out[1, n], count[])``: the indices of the non-zero elements
+    of ``x`` at the front of ``out``, their number in ``count``; for a GPU
+    target (``gpu``), the parallel form."""
+    return target_schedule.kernel_form(count.nonzero_1d, gpu)(dtype)

@@ -106,12 +106,12 @@ def device_target(device: str) -> tvm.target.Target:
     return tvm.target.Target("llvm") if device in ("sim", "host") else tvm.target.Target(device, host="llvm")
 
 
-def _test_kernels():
+def _test_kernels(gpu: bool):
     return {
         "strided_slice": kernels.strided_slice(4),
         "strided_slice_1d": kernels.strided_slice(1),
         "roi_params": kernels.roi_params(),
-        "nonzero_1d": kernels.nonzero_1d(),
+        "nonzero_1d": kernels.nonzero_1d(gpu=gpu),
         "scale": kernels.scale(),
     }
 
@@ -126,7 +126,7 @@ def kernel_libs():
         if device == "opencl":
             need_opencl()
         if device not in built:
-            built[device] = kernels.build(_test_kernels(), device_target(device))
+            built[device] = kernels.build(_test_kernels(device == "opencl"), device_target(device))
         return built[device]
 
     return build

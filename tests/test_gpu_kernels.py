@@ -389,6 +389,7 @@ def test_scatter_elements_matches_the_cpu_form(scatter_libs, rng, name, data_sha
 ALL_KERNELS = {
     "topk": lambda: gpu_kernels.topk(2, 1),
     "nonzero": lambda: gpu_kernels.nonzero(3, "float32"),
+    "nonzero_1d": lambda: gpu_kernels.nonzero_1d("int32"),
     "unique": lambda: gpu_kernels.unique("float32"),
     "unique_slices": lambda: gpu_kernels.unique_slices("int64", False),
     "non_max_suppression": lambda: gpu_kernels.non_max_suppression(0),

@@ -2,7 +2,7 @@
 
 Each function has the name, parameters and PrimFunc signature (argument
 order, shapes, dtypes, symbolic sizes) of its CPU form (``dynamic.topk``,
-``count.nonzero`` / ``nonzero_of_compare`` / ``unique`` / ``unique_slices`` /
+``count.nonzero`` / ``nonzero_1d`` / ``nonzero_of_compare`` / ``unique`` / ``unique_slices`` /
 ``non_max_suppression``,
 ``concat.sequential_concat``, ``scatter.scatter_elements``,
 ``scan.cumulative``) and the same results,
@@ -32,11 +32,11 @@ from .gpu_builder import (
     strided,
     unravel,
 )
-from .gpu_count import non_max_suppression, nonzero, nonzero_of_compare, unique, unique_slices
+from .gpu_count import non_max_suppression, nonzero, nonzero_1d, nonzero_of_compare, unique, unique_slices
 from .scatter import reduction_of, scatter_params, scatter_sizes
 from .tir_builder import arg, flat_view, i64, local, sizes
 
-__all__ = ["cumulative", "non_max_suppression", "nonzero", "nonzero_of_compare", "scatter_elements",
+__all__ = ["cumulative", "non_max_suppression", "nonzero", "nonzero_1d", "nonzero_of_compare", "scatter_elements",
            "sequential_concat", "topk", "unique", "unique_slices"]
 
 

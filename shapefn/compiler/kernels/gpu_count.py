@@ -42,7 +42,7 @@ from .gpu_builder import (
     strided,
     unravel,
 )
-from .tir_builder import flat_view, i64, local, sizes
+from .tir_builder import arg, flat_view, i64, local, sizes
 
 # Candidates per word of an NMS overlap mask.
 _WORD = 32
@@ -137,6 +137,31 @@ def nonzero(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
             _count_tiles(flag, numel, tile_counts)
             _scan_tiles(tile_counts, ceildiv(numel, i64(_TILE)), count)
             _for_each_element(flag, numel, tile_counts, write)
+    return ib.get()
+
+
+def nonzero_1d(dtype: str = "float32") -> tirx.PrimFunc:
+    """The CPU form's ``(x[n], out[1, n], count[])`` (hand-built programs'
+    convention) as ``nonzero``'s parallel compaction."""
+    n = tirx.Var("n", "int64")
+    with IRBuilder() as ib, T.prim_func():
+        T.func_name("func")
+        x = arg("x", [n], dtype)
+        out = arg("out", [1, n], "int64")
+        count = flat_view(arg("count", [], "int64"), 1, "int64")
+        tile_counts = _tile_count_buffer(n)
+
+        def flag(f):
+            return is_nonzero(x[f], dtype)
+
+        def write(f, flagged, rank):
+            with T.If(flagged):
+                with T.Then():
+                    out[0, rank] = f
+
+        _count_tiles(flag, n, tile_counts)
+        _scan_tiles(tile_counts, ceildiv(n, i64(_TILE)), count)
+        _for_each_element(flag, n, tile_counts, write)
     return ib.get()
 
 
