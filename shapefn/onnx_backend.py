@@ -21,7 +21,7 @@ import onnx
 from onnx.backend.base import Backend, BackendRep
 
 from .compiler.compile import compile as _compile
-from .devices import sim
+from .devices import sim, tvm_device_exists
 from .frontend import from_onnx
 from .vm import VirtualMachine
 
@@ -84,11 +84,14 @@ class ShapefnBackend(Backend):
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
+        """Whether ``device`` names a device shapefn runs on and, for a GPU
+        ("CUDA", "opencl"), this machine has one (ONNX's runner skips the
+        cases of a device this returns False for)."""
         try:
-            _device(device)
+            name = _device(device)
         except ValueError:
             return False
-        return True
+        return name in ("sim", "host") or tvm_device_exists(name)
 
 
 prepare = ShapefnBackend.prepare

@@ -166,14 +166,31 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
         except (UnsupportedOnnxOp, InvalidOnnxModel):
             raise
         except Exception as err:
-            # (TVM's ops refuse inputs the node's types or shapes make
-            # inconsistent: concatenating unequal sizes, comparing a float
-            # with an int, ...)
-            raise InvalidOnnxModel(f"{_described(node)} cannot be imported: {err}") from err
+            # TVM's ops refuse inputs the node's types make inconsistent
+            # (comparing a float with an int): the model is invalid if
+            # ONNX's type inference says so; else shapefn cannot take it.
+            invalid = self._type_error()
+            if invalid is not None:
+                raise InvalidOnnxModel(f"{_described(node)} cannot be imported: the ONNX model fails ONNX's type "
+                                       f"inference: {invalid}") from err
+            raise UnsupportedOnnxOp(f"{_described(node)} cannot be imported: {_first_line(err)}",
+                                    {op_name: [_node_label(node)]}) from err
         if op_name == "Squeeze" and not _static_squeeze(node, inputs, attr):
             raise ValueError(f"{_described(node)}: Squeeze without axes needs every size of its input known "
                              f"(the input is {inputs[0].ty}); give the axes")
         self._bind_outputs(outputs, result, split=op_name not in _SEQUENCE_OPS)
+
+    def _type_error(self) -> str | None:
+        """What ONNX's shape inference with type checks finds wrong with the
+        model (None if nothing), computed once."""
+        if not hasattr(self, "_type_check"):
+            try:
+                onnx.shape_inference.infer_shapes(_for_checker(self._model, shape_unshaped=False), check_type=True,
+                                                  strict_mode=True)
+                self._type_check = None
+            except onnx.shape_inference.InferenceError as err:
+                self._type_check = _first_line(err)
+        return self._type_check
 
     def _branch(self, graph) -> relax.SeqExpr:
         """A subgraph as a branch body with its own bindings: only the branch
@@ -265,6 +282,13 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
 _LIST_FIELDS = {onnx.AttributeProto.INTS: "ints", onnx.AttributeProto.FLOATS: "floats",
                 onnx.AttributeProto.STRINGS: "strings", onnx.AttributeProto.TENSORS: "tensors",
                 onnx.AttributeProto.GRAPHS: "graphs"}
+
+
+def _first_line(err: Exception) -> str:
+    """An error's message without what follows its first line (TVM's
+    diagnostics print the IR after it)."""
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    return lines[0].strip() if lines else type(err).__name__
 
 
 def _empty_list(attr) -> bool:
@@ -553,5 +577,6 @@ def from_onnx(model, shape_dict: dict | None = None) -> tvm.IRModule:
     _check_model(model)
     opset = _default_opset(model)
     importer = _Importer(shape_dict, "float32", keep_params_in_input=False, sanitize=True)
+    importer._model = model
     mod = importer.from_onnx(model.graph, opset)
     return name_after_sources(mod, getattr(importer, "sources", {}))
