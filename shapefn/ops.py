@@ -86,9 +86,11 @@ def arange(bb: relax.BlockBuilder, start: relax.Expr, stop: relax.Expr, step: re
 def resize2d(bb: relax.BlockBuilder, data: relax.Expr, size: relax.Expr, *, layout: str = "NCHW",
              method: str = "nearest", coordinate_transformation_mode: str = "half_pixel",
              rounding_method: str = "round_prefer_floor", cubic_alpha: float = -0.75,
-             cubic_exclude: int = 0) -> relax.Expr:
+             cubic_exclude: int = 0, scales: relax.Expr | None = None) -> relax.Expr:
     """Resizes 4-D ``data`` to ``size`` (int64 [2]: height, width), with
-    ONNX Resize's modes and names."""
+    ONNX Resize's modes and names; ``scales`` (float32 [2]: height, width),
+    where the model gives scales, map output to input coordinates as ONNX
+    does (``size`` is then the scaled sizes rounded down)."""
     if layout not in _RESIZE_LAYOUTS:
         raise ValueError(f"resize2d: layout must be NCHW or NHWC, got {layout!r}")
     ty = _ty(data)
@@ -96,10 +98,13 @@ def resize2d(bb: relax.BlockBuilder, data: relax.Expr, size: relax.Expr, *, layo
     (dims,) = emit_shape(bb, "relax.image.resize2d", [data, size], [4], [_RESIZE_LAYOUTS[layout]],
                          prefix="resize")
     name = (f"shapefn_resize2d_{layout}_{method}_{coordinate_transformation_mode}_{rounding_method}_"
-            f"{cubic_alpha}_{cubic_exclude}_{dtype}").replace("-", "m").replace(".", "p")
+            f"{cubic_alpha}_{cubic_exclude}_{dtype}{'_scaled' if scales is not None else ''}"
+            ).replace("-", "m").replace(".", "p")
     kernel = _kernel(bb, name, lambda: resize.resize2d(
-        layout, method, coordinate_transformation_mode, rounding_method, cubic_alpha, cubic_exclude, 0.0, dtype))
-    return bb.emit(relax.call_tir(kernel, [data], relax.TensorType(dims, dtype)))
+        layout, method, coordinate_transformation_mode, rounding_method, cubic_alpha, cubic_exclude, 0.0, dtype,
+        scaled=scales is not None))
+    args = [data] if scales is None else [data, scales]
+    return bb.emit(relax.call_tir(kernel, args, relax.TensorType(dims, dtype)))
 
 
 def pad(bb: relax.BlockBuilder, data: relax.Expr, pads: relax.Expr, value: relax.Expr | None = None,

@@ -13,7 +13,7 @@ _F32 = "float32"
 _METHODS = {"nearest": "nearest", "nearest_neighbor": "nearest", "linear": "linear",
             "bilinear": "linear", "cubic": "cubic"}
 _COORDINATE_MODES = ("half_pixel", "asymmetric", "pytorch_half_pixel", "tf_half_pixel_for_nn",
-                     "align_corners")
+                     "align_corners", "half_pixel_symmetric")
 _ROUNDING = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "round")
 
 
@@ -30,12 +30,15 @@ def _index_f32(index):
     return tirx.abs(_f32(index))
 
 
-def _source_coordinate(x, in_len, out_len, mode: str):
+def _source_coordinate(x, in_len, out_len, mode: str, scale=None):
     """Where output pixel ``x`` samples the input, in float32 exactly as
-    onnxruntime computes it (dividing by the scale ``out / in``); the
-    identity when the size does not change."""
-    xf, in_f, out_f = _index_f32(x), _f32(in_len), _f32(out_len)
-    scale = out_f / in_f
+    onnxruntime computes it (dividing by the scale ``out / in``, or by
+    ``scale`` where the model gives it: ONNX maps through the scale, and
+    ``out`` is ``in * scale`` rounded down); the identity when the size
+    does not change."""
+    xf, in_f = _index_f32(x), _f32(in_len)
+    out_f = _f32(out_len) if scale is None else in_f * scale
+    scale = out_f / in_f if scale is None else scale
     half, one = _f32(0.5), _f32(1.0)
     if mode == "half_pixel":
         coord = (xf + half) / scale - half
@@ -45,9 +48,12 @@ def _source_coordinate(x, in_len, out_len, mode: str):
         coord = tirx.Select(out_len > 1, (xf + half) / scale - half, _f32(0.0))
     elif mode == "tf_half_pixel_for_nn":
         coord = (xf + half) / scale
+    elif mode == "half_pixel_symmetric":  # half_pixel about the centre when out is in * scale rounded down
+        offset = in_f * half * (one - _f32(out_len) / out_f)
+        coord = offset + (xf + half) / scale - half
     else:  # align_corners
         coord = tirx.Select(out_len == 1, _f32(0.0), xf * (in_f - one) / (out_f - one))
-    return tirx.Select(in_len == out_len, xf, coord)
+    return tirx.Select(in_len == out_len if scale is None else scale == one, xf, coord)
 
 
 def _nearest_index(coord, in_len, rounding: str):
@@ -117,16 +123,19 @@ def check_resize(layout: str, method: str, coordinate_transformation_mode: str,
 
 def resize2d_te(data: te.Tensor, size: Sequence, layout: str, method: str,
                  coordinate_transformation_mode: str, rounding_method: str, cubic_alpha: float,
-                 cubic_exclude: int, dtype: str) -> te.Tensor:
-    """Resize of ``data`` to spatial ``size`` (height, width) as a TE compute."""
+                 cubic_exclude: int, dtype: str, scales: te.Tensor | None = None) -> te.Tensor:
+    """Resize of ``data`` to spatial ``size`` (height, width) as a TE
+    compute; ``scales`` (float32 [2]: height, width), where given, map
+    output to input coordinates."""
     method = _METHODS[method]
     h_axis, w_axis = (2, 3) if layout == "NCHW" else (1, 2)
     out_shape = list(data.shape)
     out_shape[h_axis], out_shape[w_axis] = size
 
     def taps(idx, axis):
+        scale = None if scales is None else scales[0 if axis == h_axis else 1]
         coord = _source_coordinate(idx[axis], data.shape[axis], out_shape[axis],
-                                   coordinate_transformation_mode)
+                                   coordinate_transformation_mode, scale)
         if method == "nearest":
             return [(_nearest_index(coord, data.shape[axis], rounding_method), None)]
         if method == "linear":
@@ -155,8 +164,10 @@ def resize2d(layout: str = "NCHW", method: str = "nearest",
              coordinate_transformation_mode: str = "half_pixel",
              rounding_method: str = "round_prefer_floor", cubic_alpha: float = -0.75,
              cubic_exclude: int = 0, extrapolation_value: float = 0.0,
-             dtype: str = "float32") -> tirx.PrimFunc:
-    """ONNX Resize of a 4-D tensor to ``out``'s spatial size: ``(data, out)``.
+             dtype: str = "float32", scaled: bool = False) -> tirx.PrimFunc:
+    """ONNX Resize of a 4-D tensor to ``out``'s spatial size: ``(data, out)``,
+    or with ``scaled`` ``(data, scales, out)``, ``scales`` float32 [2] (height,
+    width) the model's scales, through which ONNX maps coordinates.
 
     Attributes take ONNX names and defaults (``method`` "nearest" / "linear" /
     "cubic", ``rounding_method`` is ONNX ``nearest_mode``, or "round" for
@@ -170,7 +181,9 @@ def resize2d(layout: str = "NCHW", method: str = "nearest",
     del extrapolation_value
     check_resize(layout, method, coordinate_transformation_mode, rounding_method)
     data = te.placeholder(sizes("n", 4), dtype, name="data")
+    scales = te.placeholder((2,), _F32, name="scales") if scaled else None
     out = resize2d_te(data, (te.var("oh", "int64"), te.var("ow", "int64")), layout, method,
                        coordinate_transformation_mode, rounding_method, cubic_alpha,
-                       cubic_exclude, dtype)
-    return te.create_prim_func([data, out]).with_attr("global_symbol", "resize2d")
+                       cubic_exclude, dtype, scales)
+    params = [data, scales, out] if scaled else [data, out]
+    return te.create_prim_func(params).with_attr("global_symbol", "resize2d")

@@ -1,0 +1,262 @@
+"""shapefn's ONNX converters for elementwise operators whose edge cases
+TVM's converters get wrong (each found by ONNX's conformance suite):
+shifts by the type's width or more, ``IsInf``'s sign flags, ``Mod`` by an
+infinity, ``Pow`` of integers, ``Dropout``'s mask type and training mode.
+Registered in ``onnx_converters.CONVERTERS`` when imported (``onnx.py``
+imports this module)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import tvm
+from tvm import relax
+
+from ..errors import UnsupportedOnnxOp
+from .onnx_converters import as_tensor, const_value, converter, str_attr, tvm_converter
+
+
+def _dtype(expr) -> str:
+    return str(expr.ty.dtype)
+
+
+def _scalar(value, dtype: str) -> relax.Constant:
+    return relax.const(np.array(value, dtype), dtype)
+
+
+@converter("BitShift")
+def bit_shift(importer, inputs, attrs, opset):
+    """``x << y`` or ``x >> y`` as ONNX defines them for every shift: a
+    shift by a negative amount or by the type's width or more gives 0, or
+    -1 for a right shift of a negative value (every bit the sign bit), as
+    NumPy; the hardware's shift masks the amount instead."""
+    bb = importer.bb
+    x, y = as_tensor(bb, inputs[0]), as_tensor(bb, inputs[1])
+    dtype = _dtype(x)
+    bits = np.dtype(dtype).itemsize * 8
+    in_range = bb.normalize(relax.op.logical_and(relax.op.greater_equal(y, _scalar(0, dtype)),
+                                                 relax.op.less(y, _scalar(bits, dtype))))
+    amount = bb.normalize(relax.op.where(in_range, y, _scalar(0, dtype)))
+    if str_attr(attrs.get("direction"), "LEFT").upper() == "LEFT":
+        shifted, beyond = relax.op.left_shift(x, amount), _scalar(0, dtype)
+    else:
+        shifted = relax.op.right_shift(x, amount)
+        beyond = _scalar(0, dtype) if dtype.startswith("uint") else \
+            relax.op.where(relax.op.less(x, _scalar(0, dtype)), _scalar(-1, dtype), _scalar(0, dtype))
+    return relax.op.where(in_range, bb.normalize(shifted), bb.normalize(beyond))
+
+
+@converter("IsInf")
+def is_inf(importer, inputs, attrs, opset):
+    """Infinities of the signs ``detect_positive`` and ``detect_negative``
+    ask for (TVM's converter ignores both)."""
+    bb = importer.bb
+    x = as_tensor(bb, inputs[0])
+    positive, negative = int(attrs.get("detect_positive", 1)), int(attrs.get("detect_negative", 1))
+    result = bb.normalize(relax.op.isinf(x))
+    if positive and negative:
+        return result
+    if not positive and not negative:
+        return relax.op.zeros_like(result)
+    zero = _scalar(0, _dtype(x))
+    side = relax.op.greater(x, zero) if positive else relax.op.less(x, zero)
+    return relax.op.logical_and(result, bb.normalize(side))
+
+
+@converter("Mod")
+def mod(importer, inputs, attrs, opset):
+    """Floating-point ``Mod`` with ``fmod=0`` (NumPy's ``mod``, the sign of
+    the divisor) by an infinite divisor: a finite ``x`` itself when it is 0
+    or has the divisor's sign, else the divisor (TVM's ``x - floor(x / y) *
+    y`` gives NaN). Other cases are TVM's converter's."""
+    bb = importer.bb
+    x, y = as_tensor(bb, inputs[0]), as_tensor(bb, inputs[1])
+    dtype = _dtype(x)
+    if int(attrs.get("fmod", 0)) or "float" not in dtype:
+        return NotImplemented
+    zero = _scalar(0, dtype)
+    remainder = bb.normalize(relax.op.floor_mod(x, y))
+    same_side = relax.op.logical_or(relax.op.equal(x, zero), relax.op.greater(relax.op.multiply(x, y), zero))
+    by_infinity = bb.normalize(relax.op.where(bb.normalize(same_side), x, y))
+    infinite = bb.normalize(relax.op.logical_and(relax.op.isinf(y), relax.op.isfinite(x)))
+    return relax.op.where(infinite, by_infinity, remainder)
+
+
+@converter("Pow")
+def power(importer, inputs, attrs, opset):
+    """``Pow`` with the result in the base's type, as ONNX defines it (TVM's
+    power takes two floats of one type): a float base raised to an exponent
+    of any type cast to it; an integer base computed in float64, exact
+    while the result is below 2**53, then rounded to the base's type."""
+    bb = importer.bb
+    x, y = as_tensor(bb, inputs[0]), as_tensor(bb, inputs[1])
+    dtype = _dtype(x)
+    if "float" in dtype:
+        return relax.op.power(x, y if _dtype(y) == dtype else bb.normalize(relax.op.astype(y, dtype)))
+    wide = relax.op.power(bb.normalize(relax.op.astype(x, "float64")), bb.normalize(relax.op.astype(y, "float64")))
+    return relax.op.astype(bb.normalize(relax.op.round(bb.normalize(wide))), dtype)
+
+
+@converter("Dropout")
+def dropout(importer, inputs, attrs, opset):
+    """Dropout in inference: its input and an all-true boolean mask (TVM's
+    converter gives a float mask). In training mode it drops elements at
+    random, which shapefn does not do: refused, unless its ratio is 0."""
+    bb = importer.bb
+    data = as_tensor(bb, inputs[0])
+    if opset >= 12 and len(inputs) > 2 and inputs[2] is not None:
+        ratio = const_value(importer, inputs[1]) if len(inputs) > 1 and inputs[1] is not None else np.array(0.5)
+        drops = ratio is None or float(np.asarray(ratio).reshape(-1)[0]) != 0.0
+        training = const_value(importer, inputs[2])
+        if drops and (training is None or bool(np.asarray(training).reshape(-1)[0])):
+            raise UnsupportedOnnxOp("Dropout in training mode (training_mode true or given at run time, a ratio "
+                                    "other than 0) drops elements at random; shapefn does not", {"Dropout": []})
+    mask = relax.op.ones_like(data, "bool")
+    return relax.Tuple([data, bb.normalize(mask)])
+
+
+def _refuse_float4(*dtypes: str) -> None:
+    if any("float4" in d for d in dtypes):
+        raise TypeError("casts to and from FLOAT4E2M1 are not supported")
+
+
+@converter("Cast")
+def cast(importer, inputs, attrs, opset):
+    """TVM's converter, refusing FLOAT4E2M1, which TVM's code generators
+    cannot cast (they stop on an internal check)."""
+    target = int(attrs.get("to", 0))
+    _refuse_float4(_dtype(as_tensor(importer.bb, inputs[0])),
+                   "float4" if target == onnx.TensorProto.FLOAT4E2M1 else "")
+    return NotImplemented
+
+
+@converter("CastLike")
+def cast_like(importer, inputs, attrs, opset):
+    """As ``Cast``."""
+    _refuse_float4(*(_dtype(as_tensor(importer.bb, value)) for value in inputs[:2]))
+    return NotImplemented
+
+
+@converter("RMSNormalization")
+def rms_normalization(importer, inputs, attrs, opset):
+    """``x / sqrt(mean(x**2 over the axes from axis on) + epsilon) * scale``,
+    the statistics in float32 when ``stash_type`` is 1 (the default), for
+    every axis (TVM's converter stops on an internal check for axis 0)."""
+    bb = importer.bb
+    x, scale = as_tensor(bb, inputs[0]), as_tensor(bb, inputs[1])
+    rank, dtype = x.ty.ndim, _dtype(x)
+    if rank < 0:
+        raise ValueError("RMSNormalization needs its input's rank")
+    axis = int(attrs.get("axis", -1))
+    if not -rank <= axis < rank:
+        raise ValueError(f"axis {axis} is out of range for an input of rank {rank}")
+    stash = "float32" if int(attrs.get("stash_type", 1)) == 1 and dtype != "float64" else dtype
+    wide = bb.normalize(relax.op.astype(x, stash)) if stash != dtype else x
+    squares = bb.normalize(relax.op.multiply(wide, wide))
+    mean = bb.normalize(relax.op.mean(squares, list(range(axis % rank, rank)), keepdims=True))
+    epsilon = _scalar(float(attrs.get("epsilon", 1e-5)), stash)
+    normalized = bb.normalize(relax.op.multiply(wide, relax.op.rsqrt(bb.normalize(relax.op.add(mean, epsilon)))))
+    if stash != dtype:
+        normalized = bb.normalize(relax.op.astype(normalized, dtype))
+    return relax.op.multiply(normalized, scale)
+
+
+@converter("PRelu")
+def prelu(importer, inputs, attrs, opset):
+    """``x`` where it is not negative, else ``x * slope``. A 1-D slope of
+    one value per channel (axis 1) that does not broadcast to the last axis
+    applies per channel, as PyTorch's exporter meant it and onnxruntime
+    runs it (TVM's converter stops on an assertion)."""
+    bb = importer.bb
+    x, slope = as_tensor(bb, inputs[0]), as_tensor(bb, inputs[1])
+    dims = x.ty.shape.values if isinstance(x.ty.shape, relax.ShapeExpr) else None
+    slope_dims = slope.ty.shape.values if isinstance(slope.ty.shape, relax.ShapeExpr) else None
+    if dims is not None and slope_dims is not None and len(slope_dims) == 1 and len(dims) > 2:
+        length, channels, last = (int(d) if isinstance(d, tvm.tirx.IntImm) else None
+                                  for d in (slope_dims[0], dims[1], dims[-1]))
+        if length not in (None, 1) and length == channels and length != last:
+            slope = bb.normalize(relax.op.reshape(slope, [length] + [1] * (len(dims) - 2)))
+    negative = bb.normalize(relax.op.less(x, _scalar(0, _dtype(x))))
+    return relax.op.where(negative, bb.normalize(relax.op.multiply(x, slope)), x)
+
+
+def _softplus(bb, x):
+    """``log(1 + exp(x))`` as ``max(x, 0) + log1p(exp(-|x|))``, with
+    ``log1p(t)`` as ``t - t**2 / 2`` for ``t`` below 1e-3: ``log(1 + t)``
+    of a small ``t`` keeps few of ``t``'s digits (in float32, 1e-3 relative
+    at ``t`` = 4.5e-5), more than ONNX's tolerance."""
+    dtype = _dtype(x)
+    t = bb.normalize(relax.op.exp(relax.op.negative(relax.op.abs(x))))
+    series = relax.op.multiply(t, relax.op.subtract(_scalar(1, dtype), relax.op.multiply(t, _scalar(0.5, dtype))))
+    log1p = relax.op.where(relax.op.less(t, _scalar(1e-3, dtype)), bb.normalize(series),
+                           bb.normalize(relax.op.log(relax.op.add(t, _scalar(1, dtype)))))
+    return bb.normalize(relax.op.add(relax.op.maximum(x, _scalar(0, dtype)), bb.normalize(log1p)))
+
+
+@converter("Softplus")
+def softplus(importer, inputs, attrs, opset):
+    """``log(1 + exp(x))``, accurate for negative ``x`` (``_softplus``)."""
+    return _softplus(importer.bb, as_tensor(importer.bb, inputs[0]))
+
+
+@converter("Mish")
+def mish(importer, inputs, attrs, opset):
+    """``x * tanh(softplus(x))``, softplus accurate for negative ``x``."""
+    bb = importer.bb
+    x = as_tensor(bb, inputs[0])
+    return relax.op.multiply(x, bb.normalize(relax.op.tanh(_softplus(bb, x))))
+
+
+@converter("SpaceToDepth")
+def space_to_depth(importer, inputs, attrs, opset):
+    """SpaceToDepth in CRD mode (each channel's blocks together: output
+    channel ``c * b * b + i * b + j``), which TVM's converter reads as DCR.
+    DCR is TVM's converter's."""
+    if str_attr(attrs.get("mode"), "DCR").upper() != "CRD":
+        return NotImplemented
+    bb = importer.bb
+    x = as_tensor(bb, inputs[0])
+    if not isinstance(x.ty.shape, relax.ShapeExpr) or len(x.ty.shape.values) != 4:
+        raise ValueError("SpaceToDepth needs a 4-D input")
+    block = int(attrs["blocksize"])
+    n, c, h, w = x.ty.shape.values
+    blocks = bb.normalize(relax.op.reshape(x, [n, c, h // block, block, w // block, block]))
+    moved = bb.normalize(relax.op.permute_dims(blocks, [0, 1, 3, 5, 2, 4]))
+    return relax.op.reshape(moved, [n, c * block * block, h // block, w // block])
+
+
+@converter("ConvTranspose")
+def conv_transpose(importer, inputs, attrs, opset):
+    """ConvTranspose with ``output_shape``: the pads (and the output
+    padding, where a pad would be negative) that give that shape, as ONNX
+    defines them, for TVM's converter (which ignores ``output_shape``).
+    Without ``output_shape``, TVM's converter."""
+    if "output_shape" not in attrs:
+        return NotImplemented
+    x, weight = inputs[0], inputs[1]
+    dims = x.ty.shape.values if isinstance(x.ty.shape, relax.ShapeExpr) else None
+    kernel = [int(k) for k in attrs.get("kernel_shape", [])]
+    if not kernel and isinstance(weight.ty.shape, relax.ShapeExpr):
+        kernel = [int(k) for k in weight.ty.shape.values[2:]]
+    if dims is None or not kernel or not all(isinstance(d, tvm.tirx.IntImm) for d in dims[2:]):
+        raise ValueError("ConvTranspose with output_shape needs the input's spatial sizes and the kernel's shape "
+                         "known when it is imported")
+    spatial = len(kernel)
+    sizes = [int(d) for d in dims[2:]]
+    wanted = [int(v) for v in attrs["output_shape"]][-spatial:]
+    strides = [int(v) for v in attrs.get("strides", [1] * spatial)]
+    dilations = [int(v) for v in attrs.get("dilations", [1] * spatial)]
+    output_padding = [int(v) for v in attrs.get("output_padding", [0] * spatial)]
+    upper = str_attr(attrs.get("auto_pad"), "NOTSET") == "SAME_UPPER"
+    begins, ends, extra = [], [], []
+    for size, want, stride, dilation, k, out_pad in zip(sizes, wanted, strides, dilations, kernel, output_padding):
+        total = stride * (size - 1) + out_pad + (k - 1) * dilation + 1 - want
+        begin, end = (total // 2, total - total // 2) if upper else (total - total // 2, total // 2)
+        if begin < 0:
+            raise ValueError(f"ConvTranspose output_shape {wanted} needs padding before the data, which is not "
+                             "supported")
+        begins.append(begin)
+        ends.append(max(end, 0))
+        extra.append(out_pad + max(-end, 0))
+    converted = {key: value for key, value in attrs.items() if key not in ("output_shape", "auto_pad")}
+    converted.update(pads=begins + ends, output_padding=extra)
+    return tvm_converter(importer, "ConvTranspose", inputs, converted, opset)
