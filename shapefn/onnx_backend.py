@@ -47,13 +47,14 @@ def _device(device: str) -> str:
 class ShapefnRep(BackendRep):
     """A model compiled for one device; ``run`` takes its inputs (a list in
     the graph's order, or a mapping by name) and returns its outputs as
-    numpy arrays, in the graph's order."""
+    numpy arrays (a list of them for a sequence), in the graph's order."""
 
     def __init__(self, model: onnx.ModelProto, device: str):
         self.device = device
         initializers = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in initializers]
         self.output_names = [o.name for o in model.graph.output]
+        self._sequences = [o.type.HasField("sequence_type") for o in model.graph.output]
         self.executable = _compile(from_onnx(model), device)
         self.vm = VirtualMachine(self.executable, sim() if device == "sim" else device)
 
@@ -69,8 +70,9 @@ class ShapefnRep(BackendRep):
                 raise ValueError(f"the model takes {len(self.input_names)} inputs {self.input_names}, "
                                  f"got {len(args)}")
         outputs = self.vm(*[np.asarray(a) for a in args])
-        outputs = outputs if isinstance(outputs, list | tuple) else [outputs]
-        return tuple(o.numpy() for o in outputs)
+        outputs = [outputs] if len(self.output_names) == 1 else outputs
+        return tuple([t.numpy() for t in (o if isinstance(o, list | tuple) else [o])] if sequence else o.numpy()
+                     for o, sequence in zip(outputs, self._sequences, strict=True))
 
 
 class ShapefnBackend(Backend):

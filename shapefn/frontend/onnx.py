@@ -23,7 +23,7 @@ from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 from ..compiler.placement import key
 from ..compiler.sources import name_after_sources
 from ..errors import InvalidOnnxModel, UnsupportedOnnxOp
-from . import onnx_converters, onnx_layers, onnx_math  # noqa: F401  (they register their converters)
+from . import onnx_converters, onnx_layers, onnx_math, onnx_sequences  # noqa: F401  (they register their converters)
 from .onnx_loop import convert_loop
 
 # How TVM's importer keeps shape values: ``Shape`` outputs as shapes
@@ -490,6 +490,14 @@ def _check_model(model: onnx.ModelProto) -> None:
             continue
         op = node.op_type if node.domain in _DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
         unsupported.setdefault(op, []).append(_node_label(node))
+    initialized = {i.name for i in model.graph.initializer}
+    for value in model.graph.input:
+        kind = value.type.WhichOneof("value")
+        if kind == "optional_type" and value.type.optional_type.elem_type.WhichOneof("value") == "tensor_type":
+            continue  # (an optional tensor is a tensor, or absent)
+        if value.name not in initialized and kind in ("sequence_type", "optional_type", "map_type"):
+            raise UnsupportedOnnxOp(f"graph input '{value.name}' is a {kind.split('_')[0]}: shapefn takes tensors "
+                                    "as inputs (sequences made inside the model are supported)")
     if unsupported:
         listing = "; ".join(f"{op} (node{'s' if len(nodes) > 1 else ''} {', '.join(nodes)})"
                             for op, nodes in sorted(unsupported.items()))

@@ -260,3 +260,47 @@ def conv_transpose(importer, inputs, attrs, opset):
     converted = {key: value for key, value in attrs.items() if key not in ("output_shape", "auto_pad")}
     converted.update(pads=begins + ends, output_padding=extra)
     return tvm_converter(importer, "ConvTranspose", inputs, converted, opset)
+
+
+@converter("Trilu")
+def trilu(importer, inputs, attrs, opset):
+    """The upper (``upper=1``) or lower triangle of the last two axes from
+    diagonal ``k``: Relax's triu/tril for a constant ``k``; for one given at
+    run time and static sizes of the last two axes, a mask of column minus
+    row against ``k`` (TVM's converter fails on a zero-size input).
+    TVM's converter otherwise."""
+    bb = importer.bb
+    x = as_tensor(bb, inputs[0])
+    if 0 <= x.ty.ndim < 2:
+        raise ValueError(f"Trilu needs an input of rank 2 or more, got rank {x.ty.ndim}")
+    upper = bool(int(attrs.get("upper", 1)))
+    k = 0
+    if len(inputs) > 1 and inputs[1] is not None:
+        value = const_value(importer, inputs[1])
+        if value is None:
+            dims = x.ty.shape.values if isinstance(x.ty.shape, relax.ShapeExpr) else None
+            if dims is None or not all(isinstance(d, tvm.tirx.IntImm) for d in dims[-2:]):
+                return NotImplemented
+            rows, cols = (int(d) for d in dims[-2:])
+            diagonal = np.arange(cols)[None, :] - np.arange(rows)[:, None]
+            offset = bb.normalize(relax.op.reshape(as_tensor(bb, inputs[1], "int64"), []))
+            compare = relax.op.greater_equal if upper else relax.op.less_equal
+            mask = bb.normalize(compare(relax.const(diagonal.astype(np.int64), "int64"), offset))
+            return relax.op.where(mask, x, bb.normalize(relax.op.zeros_like(x)))
+        k = int(np.asarray(value).reshape(-1)[0])
+    return (relax.op.triu if upper else relax.op.tril)(x, k)
+
+
+@converter("Conv")
+def conv(importer, inputs, attrs, opset):
+    """A float16 convolution accumulated in float32 and rounded once (as
+    onnxruntime's and ONNX's reference; accumulating in float16 rounds every
+    partial sum); other types are TVM's converter's."""
+    bb = importer.bb
+    tensors = [as_tensor(bb, value) if value is not None else None for value in inputs]
+    if _dtype(tensors[0]) != "float16":
+        return NotImplemented
+    wide = [bb.normalize(relax.op.astype(t, "float32")) if t is not None else None for t in tensors]
+    wide += [None] * (3 - len(wide))  # (data, weight, bias: TVM's converter reads all three)
+    result = bb.normalize(tvm_converter(importer, "Conv", wide, attrs, opset))
+    return relax.op.astype(result, "float16")

@@ -1,0 +1,77 @@
+"""shapefn's ONNX converters for sequences of a length known when the model
+is imported (Relax tuples): ONNX's positions, negative ones included, and
+sequences bound to variables (a graph input, an earlier node's result),
+which TVM's converters take only as tuple expressions. Registered in
+``onnx_converters.CONVERTERS`` when imported (``onnx.py`` imports this
+module)."""
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+
+from .onnx_converters import const_value, converter
+
+
+def _items(bb: relax.BlockBuilder, sequence) -> list:
+    """The tensors of a sequence (a tuple expression or a tuple variable)."""
+    if isinstance(sequence, relax.Tuple):
+        return list(sequence.fields)
+    if not isinstance(getattr(sequence, "ty", None), relax.TupleType):
+        raise ValueError(f"expected a sequence, got {getattr(sequence, 'ty', sequence)}")
+    return [bb.emit(relax.TupleGetItem(sequence, i)) for i in range(len(sequence.ty.fields))]
+
+
+def _position(importer, inputs, index: int, default: int, length: int, inclusive: bool) -> int:
+    """The constant position input ``index`` (``default`` when absent),
+    negative ones counted from the back, checked against ONNX's range:
+    ``[-length, length - 1]``, or ``[-length, length]`` with ``inclusive``."""
+    if len(inputs) <= index or inputs[index] is None:
+        return default
+    value = const_value(importer, inputs[index])
+    if value is None:
+        raise ValueError("a position given at run time is not supported (sequences are tuples of a length fixed "
+                         "when the model is imported)")
+    position = int(np.asarray(value).reshape(-1)[0])
+    upper = length if inclusive else length - 1
+    if not -length <= position <= upper:
+        raise ValueError(f"position {position} is out of range for a sequence of length {length}")
+    return position + length if position < 0 else position
+
+
+@converter("SequenceAt")
+def sequence_at(importer, inputs, attrs, opset):
+    items = _items(importer.bb, inputs[0])
+    return items[_position(importer, inputs, 1, 0, len(items), inclusive=False)]
+
+
+@converter("SequenceErase")
+def sequence_erase(importer, inputs, attrs, opset):
+    items = _items(importer.bb, inputs[0])
+    position = _position(importer, inputs, 1, len(items) - 1, len(items), inclusive=False)
+    return relax.Tuple(items[:position] + items[position + 1:])
+
+
+@converter("SequenceInsert")
+def sequence_insert(importer, inputs, attrs, opset):
+    """The tensor inserted before ``position`` (at the end without one; -1
+    is before the last tensor, as in ONNX's reference)."""
+    items = _items(importer.bb, inputs[0])
+    position = _position(importer, inputs, 2, len(items), len(items), inclusive=True)
+    return relax.Tuple(items[:position] + [inputs[1]] + items[position:])
+
+
+@converter("SequenceLength")
+def sequence_length(importer, inputs, attrs, opset):
+    return relax.const(np.array(len(_items(importer.bb, inputs[0])), np.int64), "int64")
+
+
+@converter("ConcatFromSequence")
+def concat_from_sequence(importer, inputs, attrs, opset):
+    axis, new_axis = int(attrs.get("axis", 0)), int(attrs.get("new_axis", 0))
+    if new_axis not in (0, 1):
+        raise ValueError(f"new_axis must be 0 or 1, got {new_axis}")
+    bb = importer.bb
+    items = _items(bb, inputs[0])
+    if new_axis:
+        items = [bb.normalize(relax.op.expand_dims(t, axis=axis)) for t in items]
+    return relax.op.concat(items, axis=axis)
