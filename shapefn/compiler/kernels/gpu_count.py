@@ -101,6 +101,23 @@ def _for_each_element(flag, size, tile_offsets, body) -> None:
                     rank[0] = rank[0] + tirx.Cast("int64", flagged)
 
 
+def _compact(flag, size, count, store) -> None:
+    """A compaction in three launches (count per tile, scan of the tiles'
+    counts, which writes ``count[0]``, then every flagged element):
+    ``store(f, rank)`` for each flagged ``f`` of ``0 .. size - 1``, ``rank``
+    the number of flagged elements before it."""
+    tile_counts = _tile_count_buffer(size)
+
+    def write(f, flagged, rank):
+        with T.If(flagged):
+            with T.Then():
+                store(f, rank)
+
+    _count_tiles(flag, size, tile_counts)
+    _scan_tiles(tile_counts, ceildiv(size, i64(_TILE)), count)
+    _for_each_element(flag, size, tile_counts, write)
+
+
 def _tile_count_buffer(size):
     return T.buffer_proxy(T.alloc_buffer((tirx.max(ceildiv(size, i64(_TILE)), i64(1)),), "int64",
                                          scope="global"))
@@ -122,21 +139,13 @@ def nonzero(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
         with T.Assert(upper >= numel, "nonzero: out is smaller than data"):
             flat = flat_view(data, numel, dtype)
             out_flat = flat_view(out, ndim * upper, "int64")
-            tile_counts = _tile_count_buffer(numel)
 
-            def flag(f):
-                return is_nonzero(flat[f], dtype)
+            def store(f, rank):
+                total = T.bind(count[0])
+                for r, i in enumerate(unravel(f, shape)):
+                    out_flat[r * total + rank] = i
 
-            def write(f, flagged, rank):
-                with T.If(flagged):
-                    with T.Then():
-                        total = T.bind(count[0])
-                        for r, i in enumerate(unravel(f, shape)):
-                            out_flat[r * total + rank] = i
-
-            _count_tiles(flag, numel, tile_counts)
-            _scan_tiles(tile_counts, ceildiv(numel, i64(_TILE)), count)
-            _for_each_element(flag, numel, tile_counts, write)
+            _compact(lambda f: is_nonzero(flat[f], dtype), numel, count, store)
     return ib.get()
 
 
@@ -149,19 +158,11 @@ def nonzero_1d(dtype: str = "float32") -> tirx.PrimFunc:
         x = arg("x", [n], dtype)
         out = arg("out", [1, n], "int64")
         count = flat_view(arg("count", [], "int64"), 1, "int64")
-        tile_counts = _tile_count_buffer(n)
 
-        def flag(f):
-            return is_nonzero(x[f], dtype)
+        def store(f, rank):
+            out[0, rank] = f
 
-        def write(f, flagged, rank):
-            with T.If(flagged):
-                with T.Then():
-                    out[0, rank] = f
-
-        _count_tiles(flag, n, tile_counts)
-        _scan_tiles(tile_counts, ceildiv(n, i64(_TILE)), count)
-        _for_each_element(flag, n, tile_counts, write)
+        _compact(lambda f: is_nonzero(x[f], dtype), n, count, store)
     return ib.get()
 
 
@@ -173,16 +174,11 @@ def nonzero_of_compare(compare: str, threshold: float, column: int, dtype: str =
         (data, out, count), n, flag = compare_params(compare, threshold, column, dtype, upper)
         with T.Assert(upper >= n, "nonzero: out is smaller than data"):
             out_flat = flat_view(out, upper, "int64")
-            tile_counts = _tile_count_buffer(n)
 
-            def write(f, flagged, rank):
-                with T.If(flagged):
-                    with T.Then():
-                        out_flat[rank] = f
+            def store(f, rank):
+                out_flat[rank] = f
 
-            _count_tiles(flag, n, tile_counts)
-            _scan_tiles(tile_counts, ceildiv(n, i64(_TILE)), count)
-            _for_each_element(flag, n, tile_counts, write)
+            _compact(flag, n, count, store)
     return ib.get()
 
 
