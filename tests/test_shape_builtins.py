@@ -53,8 +53,9 @@ BUILTINS = {
     "relax.vision.all_class_non_max_suppression": ("dyn.vision.non_max_suppression",
                                                    [False, False, True, False, False]),
 }
+MASKS_WITHOUT_ALIAS = {"shapefn.reduce_axes": [False, True]}
 MASKS = {name: mask for canonical, (alias, mask) in BUILTINS.items()
-         for name in (canonical, alias)}
+         for name in (canonical, alias)} | MASKS_WITHOUT_ALIAS
 
 
 @pytest.mark.parametrize("name", sorted(MASKS))
@@ -596,3 +597,23 @@ def test_nms_shape_errors(boxes, scores, message):
 def test_nms_overflowing_bound():
     with pytest.raises(ValueError, match="overflows int64"):
         eval_shape(NMS, [(2**31, 2**31, 4), (2**31, 2**31, 2**31), np.array(2**40), (), ()])
+
+
+# ---------------------------------------------------------------------------
+# shapefn.reduce_axes: numpy's reduction with keepdims, and without.
+
+@pytest.mark.parametrize("shape, axes", [
+    ((3, 4, 5), [1]), ((3, 4, 5), [-1, 0]), ((3, 4, 5), [2, 0, 1]), ((2, 0, 3), [1]), ((7,), [0]),
+])
+def test_reduce_axes(shape, axes):
+    data = view(shape)
+    kept = data.sum(axis=tuple(axes), keepdims=True).shape
+    dropped = data.sum(axis=tuple(axes)).shape
+    assert eval_shape("shapefn.reduce_axes", [shape, i64(*axes)], [1]) == [kept, kept]
+    assert eval_shape("shapefn.reduce_axes", [shape, i64(*axes)], [0]) == [kept, dropped]
+
+
+@pytest.mark.parametrize("axes, message", [([1, -2], "name axis 1 twice"), ([3], "axis 3 is out of range")])
+def test_reduce_axes_errors(axes, message):
+    with pytest.raises(ValueError, match=message):
+        eval_shape("shapefn.reduce_axes", [(2, 3, 4), i64(*axes)], [0])

@@ -13,8 +13,11 @@ launches, barriers, scans and sorting steps in ``gpu_builder``.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
+import tvm
 from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
@@ -22,13 +25,16 @@ from tvm.script.ir_builder import tirx as T
 from . import scan
 from .dynamic import topk_params, topk_sizes
 from .gpu_builder import (
+    bitonic_pair,
     ceil_log2,
+    ceildiv,
     compare_exchange,
     group_barrier,
     group_sort,
     launch,
     launch_per_element,
     pair_swap,
+    shared_barrier,
     strided,
     unravel,
 )
@@ -41,88 +47,173 @@ __all__ = ["cumulative", "non_max_suppression", "nonzero", "nonzero_1d", "nonzer
 
 
 # --------------------------------------------------------------------------- topk
+# Bytes of shared memory a top-k work group sorts its row in (keys and int32
+# indices), by _SORT_THREADS work items; longer rows are sorted in global
+# memory by THREADS.
+_SHARED_SORT_BYTES = 32 * 1024
+_SORT_THREADS_LOG = 8
+_SORT_THREADS = 1 << _SORT_THREADS_LOG
+
+
 def topk(ndim: int, axis: int, dtype: str = "float32", largest: bool = True,
          is_sorted: bool = True) -> tirx.PrimFunc:
     """ONNX TopK: ``(data, values, indices)``; ``k = values.shape[axis]``.
 
     Values sorted descending (``largest``) or ascending, ties broken by the
     lower index, as the CPU form; ``is_sorted=False`` gives the same order.
-    One work group per row. The row's (value, index) pairs are copied to
-    global scratch; with ``C`` the power of two at or above k (at most the
-    row's), each aligned block of ``C`` is sorted by a bitonic network, then
-    neighbouring blocks are merged pairwise in rounds, each merge keeping the
-    better ``C`` of both (the first ``C`` of one against the last of the
-    other reversed, then a bitonic merge): O(n log^2 C) comparisons instead
-    of a whole sort's O(n log^2 n). The first k of block 0 are the result.
-    The order is total (value, then index), so it does not depend on the
-    sort being unstable. NaNs are not ordered.
+    One work group per row. A row that fits in ``_SHARED_SORT_BYTES``
+    (4,096 float32 values) is sorted whole in shared memory (one launch);
+    a longer one (another launch) is copied to global scratch and, with
+    ``C`` the power of two at or above k (at most the row's), each aligned
+    block of ``C`` is sorted by a
+    bitonic network, then neighbouring blocks are merged pairwise in rounds,
+    each merge keeping the better ``C`` of both (the first ``C`` of one
+    against the last of the other reversed, then a bitonic merge):
+    O(n log^2 C) comparisons instead of a whole sort's O(n log^2 n). The
+    first k of block 0 are the result. The order is total (value, then
+    index), so it does not depend on the sort being unstable. NaNs are not
+    ordered.
     """
     del is_sorted  # a sorted result satisfies both settings
     axis, in_shape, out_shape, n, k = topk_sizes(ndim, axis)
     row_dims = [d for a, d in enumerate(in_shape) if a != axis]
     rows = math.prod(row_dims) if row_dims else i64(1)
+    capacity = 1 << int(math.log2(_SHARED_SORT_BYTES // (tvm.DataType(dtype).bits // 8 + 4)))
 
     with IRBuilder() as ib, T.prim_func():
         data, values, indices = topk_params(in_shape, out_shape, dtype)
+
+        def at(coords, i):
+            return tuple(coords[:axis]) + (i,) + tuple(coords[axis:])
+
         scratch_size = tirx.max(rows * n, i64(1))
         keys = T.buffer_proxy(T.alloc_buffer((scratch_size,), dtype, scope="global"))
         ids = T.buffer_proxy(T.alloc_buffer((scratch_size,), "int64", scope="global"))
-        with launch(tirx.Select(k > 0, rows, i64(0))) as (row, thread):
+        fits = n <= capacity
+        with launch(tirx.Select(tirx.all(k > 0, fits), rows, i64(0)), _SORT_THREADS) as (row, thread):
             coords = unravel(row, row_dims)
+            with _sort_in_shared(lambda i: data[at(coords, i)], n, k, dtype, largest, capacity, thread) \
+                    as (i, value, index):
+                values[at(coords, i)] = value
+                indices[at(coords, i)] = index
 
-            def at(i):
-                return tuple(coords[:axis]) + (i,) + tuple(coords[axis:])
-
+        with launch(tirx.Select(tirx.all(k > 0, tirx.Not(fits)), rows, i64(0))) as (row, thread):
+            coords = unravel(row, row_dims)
             base = T.bind(row * n)
 
             def before(p, q):
-                kp, kq = keys[base + p], keys[base + q]
-                wins = kp > kq if largest else kp < kq
-                return tirx.Or(wins, tirx.And(kp == kq, ids[base + p] < ids[base + q]))
-
-            swap = pair_swap(keys, ids, base)
+                return _ordered(largest, keys[base + p], ids[base + p], keys[base + q], ids[base + q])
 
             with strided(n, thread) as i:
-                keys[base + i] = data[at(i)]
+                keys[base + i] = data[at(coords, i)]
                 ids[base + i] = i
             group_barrier()
-            block_log = T.bind(tirx.min(ceil_log2(k)[0], ceil_log2(n)[0]))
-            group_sort(before, swap, n, thread, span_log_limit=block_log)
-            _merge_blocks(before, swap, n, block_log, thread)
+            _sort_best(before, pair_swap(keys, ids, base), n, k, thread, group_barrier)
             with strided(tirx.min(k, n), thread) as i:
-                values[at(i)] = keys[base + i]
-                indices[at(i)] = ids[base + i]
+                values[at(coords, i)] = keys[base + i]
+                indices[at(coords, i)] = ids[base + i]
     return ib.get()
 
 
-def _merge_blocks(before, swap, size, block_log, thread) -> None:
+def _ordered(largest: bool, key_p, id_p, key_q, id_q):
+    """Whether (key_p, id_p) belongs before (key_q, id_q): the better value,
+    ties by the lower index."""
+    wins = key_p > key_q if largest else key_p < key_q
+    return tirx.Or(wins, tirx.And(key_p == key_q, id_p < id_q))
+
+
+@contextlib.contextmanager
+def _sort_in_shared(load, size, k, dtype, largest, capacity, thread) -> Iterator[tuple]:
+    """The best ``k`` of ``size`` values (``load(i)``, ``size`` at most
+    ``capacity``) sorted by a bitonic network in shared memory by a work
+    group of ``_SORT_THREADS``; yields each of them in order as ``(i,
+    value, index)``. The row is padded to a power of two of at least two
+    per work item with values that sort last (the worst value, the largest
+    index), so that every comparator of every step is real. Each work item
+    reads its comparators' pairs into registers, then, after a barrier,
+    writes them: TVM needs no barrier of its own (it cannot place one in a
+    condition)."""
+    keys = T.buffer_proxy(T.alloc_buffer((capacity,), dtype, scope="shared"))
+    ids = T.buffer_proxy(T.alloc_buffer((capacity,), "int32", scope="shared"))
+    size_log = T.bind(tirx.max(ceil_log2(size)[0], i64(_SORT_THREADS_LOG + 1)))
+    padded = T.bind(i64(1) << size_log)
+    if dtype.startswith(("float", "bfloat")):
+        worst = tirx.const(float("-inf") if largest else float("inf"), dtype)
+    else:
+        worst = tirx.min_value(dtype) if largest else tirx.max_value(dtype)
+    with T.serial(0, tirx.floordiv(padded, i64(_SORT_THREADS))) as r:
+        i = T.bind(r * _SORT_THREADS + thread)
+        keys[i] = tirx.if_then_else(i < size, load(i), worst)
+        ids[i] = tirx.if_then_else(i < size, tirx.Cast("int32", i), tirx.max_value("int32"))
+    shared_barrier()
+    most = capacity // (2 * _SORT_THREADS)  # comparators per work item and step, at most
+    # Positions in int32 (int64 arithmetic is several instructions on GPUs);
+    # the pair count in a local (TVM's simplifier wrongly proves
+    # `r < padded >> 9` false).
+    pairs = local("int32", tirx.Cast("int32", tirx.floordiv(padded, i64(2 * _SORT_THREADS))))[0]
+    item = T.bind(tirx.Cast("int32", thread))
+    held = [[local(t, 0) for t in ("int32", "int32", dtype, dtype, "int32", "int32")] for _ in range(most)]
+    with T.serial(0, tirx.Cast("int32", size_log)) as s:
+        with T.serial(0, s + 1) as t:
+            for r, (at_i, at_j, key_i, key_j, id_i, id_j) in enumerate(held):  # (unrolled: registers)
+                with T.If(r < pairs):
+                    with T.Then():
+                        i, j = bitonic_pair(r * _SORT_THREADS + item, s + 1, s - t)
+                        at_i[0], at_j[0] = i, j
+                        key_i[0], key_j[0], id_i[0], id_j[0] = keys[i], keys[j], ids[i], ids[j]
+            shared_barrier()
+            for r, (at_i, at_j, key_i, key_j, id_i, id_j) in enumerate(held):
+                with T.If(r < pairs):
+                    with T.Then():
+                        swap = T.bind(_ordered(largest, key_j[0], id_j[0], key_i[0], id_i[0]))
+                        keys[at_i[0]] = tirx.Select(swap, key_j[0], key_i[0])
+                        ids[at_i[0]] = tirx.Select(swap, id_j[0], id_i[0])
+                        keys[at_j[0]] = tirx.Select(swap, key_i[0], key_j[0])
+                        ids[at_j[0]] = tirx.Select(swap, id_i[0], id_j[0])
+            shared_barrier()
+    best = T.bind(tirx.min(k, size))
+    with T.serial(0, ceildiv(best, i64(_SORT_THREADS))) as r:
+        i = T.bind(r * _SORT_THREADS + thread)
+        with T.If(i < best):
+            with T.Then():
+                yield i, keys[i], tirx.Cast("int64", ids[i])
+
+
+def _sort_best(before, swap, size, k, thread, barrier) -> None:
+    """Puts the best ``k`` of positions ``0 .. size - 1``, sorted, first."""
+    block_log = T.bind(tirx.min(ceil_log2(k)[0], ceil_log2(size)[0]))
+    group_sort(before, swap, size, thread, span_log_limit=block_log, barrier=barrier)
+    _merge_blocks(before, swap, size, block_log, thread, barrier)
+
+
+def _merge_blocks(before, swap, size, block_log, thread, barrier) -> None:
     """Reduces sorted blocks of ``2**block_log`` at positions ``0, B, 2B,
     ...`` of ``0 .. size - 1`` to one, the best ``B`` of all, sorted, at 0.
     Round r merges the block at ``m * 2G`` with the one at ``m * 2G + G``
-    (``G = B * 2**r``) into the first."""
+    (``G = B * 2**r``) into the first, until one block spans them all."""
     block = T.bind(i64(1) << block_log)
-    gap_log = local("int64", block_log)
-    with T.While((i64(1) << gap_log[0]) < size):
-        gap = T.bind(i64(1) << gap_log[0])
+    rounds = T.bind(tirx.max(ceil_log2(size)[0] - block_log, i64(0)))
+    with T.serial(0, rounds) as round_:
+        gap_log = T.bind(block_log + round_)
+        gap = T.bind(i64(1) << gap_log)
         pairs = T.bind(tirx.floordiv(size - gap + 2 * gap - 1, 2 * gap))  # with a second block
         # Element i of the first block against element B-1-i of the second:
         # the better of each pair are the best B of both, in bitonic order.
         with strided(pairs << block_log, thread) as q:
-            first = T.bind((q >> block_log) << (gap_log[0] + 1))
+            first = T.bind((q >> block_log) << (gap_log + 1))
             i = q & (block - 1)
             compare_exchange(before, swap, first + i, first + gap + block - 1 - i, size)
-        group_barrier()
+        barrier()
         # A bitonic merge of each first block (all inside: the second starts after it).
         with T.serial(0, block_log) as t:
             stride_log = T.bind(block_log - 1 - t)
             stride = T.bind(i64(1) << stride_log)
             with strided(pairs << (block_log - 1), thread) as q:
-                first = T.bind((q >> (block_log - 1)) << (gap_log[0] + 1))
+                first = T.bind((q >> (block_log - 1)) << (gap_log + 1))
                 r = q & ((block >> 1) - 1)
                 i = T.bind(first + ((r >> stride_log) << (stride_log + 1)) + (r & (stride - 1)))
                 compare_exchange(before, swap, i, i + stride, size)
-            group_barrier()
-        gap_log[0] = gap_log[0] + 1
+            barrier()
 
 
 # --------------------------------------------------------------------------- concat

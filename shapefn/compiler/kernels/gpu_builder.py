@@ -77,16 +77,17 @@ def ceildiv(a, b):
 
 
 @contextlib.contextmanager
-def launch(groups) -> Iterator[tuple]:
-    """One kernel launch of ``groups`` work groups of ``THREADS`` work items,
-    skipped when ``groups`` is 0 (an empty launch is an error on CUDA and
-    OpenCL); yields the group and work-item indices as int64."""
+def launch(groups, threads: int = THREADS) -> Iterator[tuple]:
+    """One kernel launch of ``groups`` work groups of ``threads`` work items
+    (``THREADS`` unless a kernel needs more), skipped when ``groups`` is 0
+    (an empty launch is an error on CUDA and OpenCL); yields the group and
+    work-item indices as int64."""
     with T.If(groups > 0):
         with T.Then():
             block = T.env_thread("blockIdx.x")
             thread = T.env_thread("threadIdx.x")
             with T.launch_thread(block, tirx.Cast("int32", groups)):
-                with T.launch_thread(thread, THREADS):
+                with T.launch_thread(thread, threads):
                     yield tirx.Cast("int64", block), tirx.Cast("int64", thread)
 
 
@@ -205,9 +206,10 @@ def bitonic_pair(comparator, span_log, stride_log):
     pairs mirror positions, the later ones positions ``stride`` apart. So
     positions past the end can be treated as elements that belong last, and
     comparators reaching them skipped: any length sorts without padding."""
-    stride = i64(1) << stride_log
+    one = tirx.const(1, str(comparator.ty.dtype))  # (int64 or int32 positions, as given)
+    stride = one << stride_log
     i = T.bind(((comparator >> stride_log) << (stride_log + 1)) + (comparator & (stride - 1)))
-    span = i64(1) << span_log
+    span = one << span_log
     mirror = i + span - 1 - 2 * (i & (span - 1))
     j = T.bind(tirx.Select(stride_log + 1 == span_log, mirror, i + stride))
     return i, j
@@ -222,12 +224,14 @@ def compare_exchange(before: Before, swap: Swap, i, j, size) -> None:
                     swap(i, j)
 
 
-def group_sort(before: Before, swap: Swap, size, thread, span_log_limit=None) -> None:
+def group_sort(before: Before, swap: Swap, size, thread, span_log_limit=None, barrier=None) -> None:
     """Sorts positions ``0 .. size - 1`` by one work group with a bitonic
     network in ``log2(size)**2 / 2`` steps of ``size / 2`` comparators, each
-    step ended by a ``group_barrier``. With ``span_log_limit``, only spans up
+    step ended by ``barrier`` (``group_barrier``; ``shared_barrier`` for
+    positions in shared memory). With ``span_log_limit``, only spans up
     to ``2**span_log_limit`` are merged: each aligned block of that length is
     sorted on its own. ``size`` must be uniform over the group."""
+    barrier = barrier or group_barrier
     size_log = ceil_log2(size)
     spans = size_log[0] if span_log_limit is None else tirx.min(size_log[0], span_log_limit)
     comparators = (i64(1) << size_log[0]) >> 1
@@ -236,4 +240,4 @@ def group_sort(before: Before, swap: Swap, size, thread, span_log_limit=None) ->
             with strided(comparators, thread) as q:
                 i, j = bitonic_pair(q, s + 1, s - t)
                 compare_exchange(before, swap, i, j, size)
-            group_barrier()
+            barrier()

@@ -1,0 +1,104 @@
+"""shapefn's ONNX converters for the ``Reduce*`` operators whose ``axes``
+input is known only at run time (a graph input, or computed by the model).
+TVM's converters take constant axes only; with those they are used as they
+are.
+
+Which axes are reduced is a value, so the result's shape comes from the
+shape function ``shapefn.reduce_axes`` (only the axes vector crosses to the
+host). One kernel reduces over a window per output element: with every
+reduced axis kept as 1, the output's element ``i`` reduces the data over
+``i + k`` for ``k`` within ``data.shape - kept_shape + 1``, which is the
+whole axis where it is reduced and the single index ``i`` where it is not.
+Without ``keepdims`` the result is that tensor viewed without the reduced
+axes. Registered in ``onnx_converters.CONVERTERS`` when imported (``onnx.py``
+imports this module)."""
+from __future__ import annotations
+
+import functools
+
+from tvm import relax, te, tirx
+
+from ..compiler.shape_calls import emit_shape
+from .onnx_converters import _absent, _length, as_tensor, const_value, converter, ndim_of, tvm_converter
+
+_FLOAT_ONLY = {"ReduceL2", "ReduceLogSum", "ReduceLogSumExp"}  # (sqrt, log, exp of the data)
+
+
+def _product():
+    return te.comm_reducer(lambda a, b: a * b, lambda t: tirx.const(1, t), name="product")
+
+
+def _reduce(op_type: str, x: te.Tensor, kept: list) -> te.Tensor:
+    """``op_type`` of ``x`` with the reduced axes kept as 1 (``kept``)."""
+    ndim, dtype = len(x.shape), str(x.dtype)
+    extents = [x.shape[d] - kept[d] + 1 for d in range(ndim)]
+
+    def window(reducer, element=lambda v: v, name="reduced"):
+        axes = [te.reduce_axis((0, extents[d]), f"k{d}") for d in range(ndim)]
+        return te.compute(kept, lambda *i: reducer(element(x[tuple(i[d] + axes[d] for d in range(ndim))]), axis=axes),
+                          name=name)
+
+    if op_type in ("ReduceSum", "ReduceL1", "ReduceSumSquare", "ReduceL2", "ReduceLogSum", "ReduceMean"):
+        element = {"ReduceL1": tirx.abs, "ReduceSumSquare": lambda v: v * v, "ReduceL2": lambda v: v * v}
+        total = window(te.sum, element.get(op_type, lambda v: v))
+        if op_type == "ReduceL2":
+            return te.compute(kept, lambda *i: tirx.sqrt(total(*i)), name="l2")
+        if op_type == "ReduceLogSum":
+            return te.compute(kept, lambda *i: tirx.log(total(*i)), name="log_sum")
+        if op_type == "ReduceMean":
+            count = functools.reduce(lambda a, b: a * b, extents)
+            return te.compute(kept, lambda *i: total(*i) / count.astype(dtype), name="mean")
+        return total
+    if op_type in ("ReduceMax", "ReduceMin"):
+        # TE's reducers (which GPU schedules recognise) start from the type's
+        # lowest (highest) finite value; ONNX gives -inf (+inf) for floats
+        # over no elements.
+        extreme = window(te.max if op_type == "ReduceMax" else te.min)
+        if not dtype.startswith(("float", "bfloat")):
+            return extreme
+        empty = tirx.const(float("-inf") if op_type == "ReduceMax" else float("inf"), dtype)
+        count = functools.reduce(lambda a, b: a * b, extents)
+        return te.compute(kept, lambda *i: tirx.Select(count == 0, empty, extreme(*i)), name="extreme")
+    if op_type == "ReduceProd":
+        return window(_product())
+    if op_type == "ReduceLogSumExp":
+        # log(sum(exp(x - m))) + m with m the maximum (finite), so that exp
+        # does not overflow; an empty or all -inf window gives -inf, as ONNX.
+        top = window(te.max, name="max")  # (an empty window: log(0) + shift = -inf)
+        shift = te.compute(kept, lambda *i: tirx.Select(tirx.isfinite(top(*i)), top(*i), tirx.const(0, dtype)),
+                           name="shift")
+        axes = [te.reduce_axis((0, extents[d]), f"k{d}") for d in range(ndim)]
+        total = te.compute(kept, lambda *i: te.sum(
+            tirx.exp(x[tuple(i[d] + axes[d] for d in range(ndim))] - shift(*i)), axis=axes), name="sum_exp")
+        return te.compute(kept, lambda *i: tirx.log(total(*i)) + shift(*i), name="log_sum_exp")
+    raise AssertionError(op_type)
+
+
+def _register(op_type: str) -> None:
+    @converter(op_type)
+    def convert(importer, inputs, attrs, opset):
+        axes = inputs[1] if len(inputs) > 1 else None
+        if _absent(importer, axes) or const_value(importer, axes) is not None:
+            return NotImplemented  # (TVM's converter, shapes and scalars given as it takes them)
+        bb = importer.bb
+        data, axes = as_tensor(bb, inputs[0]), as_tensor(bb, axes, "int64")
+        dtype = str(data.ty.dtype)
+        if op_type in _FLOAT_ONLY and not dtype.startswith(("float", "bfloat")):
+            raise ValueError(f"{op_type} of {dtype} data with axes given at run time is not supported")
+        ndim, keepdims = ndim_of(data), bool(attrs.get("keepdims", 1))
+        count = _length(axes)
+        if count == 0:  # (an empty axes vector of static length: decided here)
+            if attrs.get("noop_with_empty_axes", 0):
+                return data
+            return tvm_converter(importer, op_type, [data], attrs, opset)
+        kept, result = emit_shape(bb, "shapefn.reduce_axes", [data, axes], [ndim, ndim if keepdims else ndim - count],
+                                  [int(keepdims)], prefix="reduce")
+        reduced = bb.emit_te(_reduce, op_type, data, kept, primfunc_name_hint=op_type.lower())
+        return reduced if keepdims else relax.op.reshape(reduced, relax.ShapeExpr(result))
+
+    convert.__doc__ = f"{op_type} with axes given at run time by one kernel (constant axes: TVM's converter)."
+
+
+for _op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+            "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"):
+    _register(_op)

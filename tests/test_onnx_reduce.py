@@ -1,0 +1,62 @@
+"""ONNX's Reduce* operators with ``axes`` given at run time (a graph input):
+which axes are reduced is a value, read by the shape function
+``shapefn.reduce_axes``. Each model runs on a strict sim and on opencl
+(``onnx_check``) against onnxruntime, with several axes vectors, negative
+and unordered ones and data with an empty axis among them."""
+import numpy as np
+import pytest
+from onnx import TensorProto
+from test_onnx_ops import i64, model, node, uniform
+
+import shapefn
+from conftest import need_opencl, opencl
+from shapefn.frontend import from_onnx
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+       "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp")
+
+
+def reduce_model(op, keepdims, count):
+    return model([node(op, ["x", "axes"], ["y"], keepdims=keepdims)],
+                 [("x", F, ["A", "B", "C"]), ("axes", I64, [count])], [("y", F, None)], opset=18)
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("op", OPS)
+def test_reduce_with_axes_at_run_time_matches_onnxruntime(onnx_check, op, keepdims):
+    positive = op in ("ReduceLogSum", "ReduceProd")  # (log of a positive sum; products of moderate size)
+    lo, hi = (0.5, 1.5) if positive else (-3.0, 3.0)
+    onnx_check(reduce_model(op, keepdims, 1),
+               [[uniform((3, 4, 5), lo, hi), i64(1)], [uniform((2, 3, 4), lo, hi), i64(-1)],
+                [uniform((2, 0, 3), lo, hi), i64(2)]], atol=1e-5)
+    onnx_check(reduce_model(op, keepdims, 2),
+               [[uniform((3, 4, 5), lo, hi), i64(2, 0)], [uniform((1, 3, 2), lo, hi), i64(-3, 1)]], atol=1e-5)
+
+
+@pytest.mark.parametrize("op, want", [("ReduceMax", -np.inf), ("ReduceMin", np.inf), ("ReduceSum", 0.0),
+                                      ("ReduceProd", 1.0), ("ReduceLogSumExp", -np.inf)])
+def test_reduce_of_an_empty_axis_gives_the_identity(op, want):
+    vm = shapefn.VirtualMachine(shapefn.compile(from_onnx(reduce_model(op, 1, 1)), "sim"), shapefn.sim())
+    got = vm(np.zeros((2, 0, 3), np.float32), i64(1)).numpy()
+    assert got.shape == (2, 1, 3)
+    np.testing.assert_array_equal(got, np.full((2, 1, 3), want, np.float32))
+
+
+@pytest.mark.parametrize("axes, message", [(i64(1, -2), "twice"), (i64(3), "out of range")])
+def test_bad_axes_are_refused_naming_them(axes, message):
+    vm = shapefn.VirtualMachine(shapefn.compile(from_onnx(reduce_model("ReduceSum", 0, len(axes))), "sim"),
+                                shapefn.sim())
+    with pytest.raises(ValueError, match=message):
+        vm(uniform((2, 3, 4)), axes)
+
+
+@opencl
+def test_only_the_axes_cross_to_the_host():
+    need_opencl()
+    vm = shapefn.VirtualMachine(shapefn.compile(from_onnx(reduce_model("ReduceMean", 0, 2)), "opencl"), "opencl")
+    data = uniform((64, 32, 16))
+    vm.reset_counters()
+    out = vm(data, i64(0, 2))
+    assert (vm.counters["d2h_copies"], vm.counters["d2h_bytes"]) == (1, 2 * 8)  # the axes, for the shape
+    np.testing.assert_allclose(out.numpy(), data.mean(axis=(0, 2)), rtol=1e-5, atol=1e-6)
