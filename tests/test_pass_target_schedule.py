@@ -70,6 +70,24 @@ def softmax_of_odd_extent():
     return relax_main([("x", [sym("n"), sym("m")], "float32")], body)
 
 
+DEPTHWISE = np.random.default_rng(1).standard_normal((8, 1, 3, 3)).astype(np.float32)
+
+
+def depthwise():
+    """A depthwise convolution and its ReLU, one kernel folding 9 elements
+    into each output (``_ShortReduction``: a thread per output)."""
+    return relax_main([("x", [1, 8, sym("h"), sym("w")], "float32")], lambda bb, x: relax.op.nn.relu(
+        relax.op.nn.conv2d(x, relax.const(DEPTHWISE), padding=1, groups=8)))
+
+
+def depthwise_reference(x):
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    h, w = x.shape[2:]
+    out = sum(padded[:, :, i:i + h, j:j + w] * DEPTHWISE[None, :, 0, i, j, None, None]
+              for i in range(3) for j in range(3))
+    return np.maximum(out, 0)
+
+
 def softmax_reference(x):
     y = x.reshape(1, 16, 4, -1)
     e = np.exp(y - y.max(axis=1, keepdims=True))
@@ -106,6 +124,8 @@ PROGRAMS = {
                         lambda x: x - x.max()),
     "softmax_of_odd_extent": (softmax_of_odd_extent, lambda rng: [rng.standard_normal((1, 320)).astype(np.float32)],
                               softmax_reference),
+    "depthwise": (depthwise, lambda rng: [rng.standard_normal((1, 8, 13, 9)).astype(np.float32)],
+                  depthwise_reference),
     "slice_nonzero": (lambda: ProfilingExample,
                       lambda rng: [rng.integers(-1, 2, (9, 12)).astype(np.float32), np.array([2, 4], np.int64)],
                       slice_nonzero_reference),
@@ -173,6 +193,25 @@ def test_device_kernels_are_device_code_and_host_kernels_host_code(name, kind):
     assert_device_and_host_code(exe, kind, host)
     if kind == "cuda":
         assert_cuda_compiles(device_module(exe, kind))
+
+
+def test_a_short_reduction_gets_a_thread_per_output():
+    """The depthwise kernel under ``_ShortReduction``: its 9-element fold is a
+    loop in each thread, no thread block shares one output (TVM's reduction
+    rules spread the 9 over a block, most of its threads idle); a reduction
+    over 100 elements is left to those rules."""
+    target = tvm.target.Target("cuda", host="llvm")
+
+    def kernel(mod, prefix):
+        (func,) = [f for gv, f in lower(mod, target).functions.items() if gv.name_hint.startswith(prefix)]
+        return func
+
+    with target:
+        scheduled = target_schedule._ShortReduction().apply(kernel(depthwise(), "fused_conv2d"), target, False)
+        assert scheduled is not None
+        source = scheduled.mod["main"].script()
+        assert "threadIdx.x" in source and "tvm_thread_allreduce" not in source and "shared" not in source
+        assert target_schedule._ShortReduction().apply(kernel(reduction(), "sum"), target, False) is None
 
 
 def test_readme_example_computes_shape_arithmetic_without_a_kernel():

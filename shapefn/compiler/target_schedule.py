@@ -55,7 +55,7 @@ from .kernels import gpu as gpu_kernels
 GPU_KINDS = frozenset({"cuda", "rocm", "opencl", "vulkan", "metal"})
 # Part of every GPU build's kernel keys: a change to the rules, the
 # single-thread form or the check here rebuilds GPU libraries.
-GPU_VERSION = "dlight-default-3"
+GPU_VERSION = "dlight-default-4"
 
 # The attribute of a GPU kernel form naming its CPU form (``kernel_form``):
 # ["module:generator", *arguments].
@@ -234,7 +234,7 @@ def _dlight(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.PrimFunc | N
         return None  # the rules need blocks
     # (_FullReduction first: GeneralReduction takes full reductions too, and
     # launches a one-thread kernel per element from a host loop.)
-    rules = (_FullReduction(), dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(),
+    rules = (_FullReduction(), dlight.gpu.Matmul(), _ShortReduction(), dlight.gpu.GEMV(), dlight.gpu.Reduction(),
              dlight.gpu.GeneralReduction(), dlight.gpu.Fallback(), _ThreadPerOutput())
     with target:
         for rule in rules:
@@ -292,6 +292,37 @@ class _FullReduction:
                 _, threads = sch.split(sch.fuse(*loops), [None, self.THREADS])
                 sch.bind(threads, "threadIdx.x")
         return sch
+
+
+class _ShortReduction:
+    """A kernel whose one reduction folds a few elements into each output
+    (a depthwise convolution: 9 or 25), with elementwise blocks around it:
+    a thread per output (TVM's Fallback, or ``_ThreadPerOutput``). The
+    reduction rules would spread those few elements over a thread block
+    and leave most of its threads idle: on an H200, SSD-lite's depthwise
+    convolutions took up to 1.4 ms each under GeneralReduction."""
+
+    LIMIT = 64  # elements folded into each output, at most
+
+    def apply(self, func: tirx.PrimFunc, target: tvm.target.Target, tunable: bool):
+        infos = dlight.analysis.normalize_prim_func(s_tir.Schedule(func))
+        if infos is None:
+            return None
+        reductions = [info for info in infos if info.is_reduction()]
+        if len(reductions) != 1:
+            return None
+        folded = 1
+        for iteration in reductions[0].iters:
+            if iteration.kind == "R":
+                if not isinstance(iteration.dom, (int, tirx.IntImm)):  # (dlight gives ints where static)
+                    return None
+                folded *= int(iteration.dom)
+        if folded > self.LIMIT:
+            return None
+        try:
+            return dlight.gpu.Fallback().apply(func, target, tunable)
+        except Exception:  # noqa: BLE001 - bindings Fallback cannot decompose
+            return _ThreadPerOutput().apply(func, target, tunable)
 
 
 class _ThreadPerOutput:
