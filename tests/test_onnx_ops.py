@@ -129,7 +129,20 @@ def broadcast_cases():
                                                    for n, m in ((3, 4), (1, 2), (0, 5))]
 
 
-COMPARE = cases(compare_cases, broadcast_cases)
+def matmul_broadcast_cases():
+    """MatMul whose batch sizes are unrelated (a literal against a size
+    known at run time, as in ONNX's expanded Attention): broadcast where the
+    run-time size is 1, equal otherwise."""
+    yield "MatMul-batch-literal-and-symbol", model(
+        [node("MatMul", ["a", "b"], ["y"])], [("a", F, [2, 3, "M", 4]), ("b", F, ["B", "H", 4, 5])],
+        [("y", F, None)]), \
+        [[uniform((2, 3, m, 4)), uniform((b, h, 4, 5))] for m, b, h in ((6, 2, 3), (1, 1, 3), (2, 2, 1), (3, 1, 1))]
+    yield "MatMul-batch-ranks-differ", model(
+        [node("MatMul", ["a", "b"], ["y"])], [("a", F, ["B", 3, 4]), ("b", F, [2, 1, 4, "N"])], [("y", F, None)]), \
+        [[uniform((b, 3, 4)), uniform((2, 1, 4, n))] for b, n in ((5, 2), (1, 3), (1, 0))]
+
+
+COMPARE = cases(compare_cases, broadcast_cases, matmul_broadcast_cases)
 
 
 @pytest.mark.parametrize("case", COMPARE)

@@ -53,7 +53,7 @@ BUILTINS = {
     "relax.vision.all_class_non_max_suppression": ("dyn.vision.non_max_suppression",
                                                    [False, False, True, False, False]),
 }
-MASKS_WITHOUT_ALIAS = {"shapefn.reduce_axes": [False, True]}
+MASKS_WITHOUT_ALIAS = {"shapefn.reduce_axes": [False, True], "shapefn.matmul_batch": [False, False]}
 MASKS = {name: mask for canonical, (alias, mask) in BUILTINS.items()
          for name in (canonical, alias)} | MASKS_WITHOUT_ALIAS
 
@@ -617,3 +617,19 @@ def test_reduce_axes(shape, axes):
 def test_reduce_axes_errors(axes, message):
     with pytest.raises(ValueError, match=message):
         eval_shape("shapefn.reduce_axes", [(2, 3, 4), i64(*axes)], [0])
+
+
+# ---------------------------------------------------------------------------
+# shapefn.matmul_batch: numpy.matmul's batch sizes.
+
+@pytest.mark.parametrize("a, b", [((2, 3, 5, 4), (1, 3, 4, 6)), ((5, 4), (7, 2, 4, 3)), ((1, 1, 2, 4), (6, 4, 1)),
+                                  ((3, 0, 4), (1, 4, 2))])
+def test_matmul_batch(a, b):
+    assert eval_shape("shapefn.matmul_batch", [a, b]) == [np.matmul(view(a), view(b)).shape[:-2]]
+
+
+@pytest.mark.parametrize("a, b, message", [((2, 3, 4), (3, 4, 5), "do not broadcast"), ((2, 4), (5, 3), "contracted"),
+                                           ((4,), (4, 2), "2 or more dims")])
+def test_matmul_batch_errors(a, b, message):
+    with pytest.raises(ValueError, match=message):
+        eval_shape("shapefn.matmul_batch", [a, b])

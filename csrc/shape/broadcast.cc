@@ -38,6 +38,42 @@ void BroadcastShapes(const ShapeFuncInput* inputs, int num_inputs, const ShapeFu
   }
 }
 
+// shapefn.matmul_batch(a, b): the broadcast batch shape of a matmul of two
+// operands of rank 2 or more (all but their last two sizes, numpy's rule),
+// for a matmul whose batch sizes are unrelated symbols; the contracted sizes
+// must agree.
+constexpr const char* kMatmulBatch = "shapefn.matmul_batch";
+
+void MatmulBatchShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
+  RequireInputs(num_inputs, 2, kMatmulBatch);
+  const ShapeFuncInput& a = inputs[0];
+  const ShapeFuncInput& b = inputs[1];
+  if (a.ndim < 2 || b.ndim < 2) {
+    FailOp(kMatmulBatch, "operands " + ShapeString(a) + " and " + ShapeString(b) + " must have 2 or more dims");
+  }
+  if (a.shape[a.ndim - 1] != b.shape[b.ndim - 2]) {
+    FailOp(kMatmulBatch,
+           "cannot multiply " + ShapeString(a) + " by " + ShapeString(b) + ": the contracted sizes differ");
+  }
+  const int ndim = std::max(a.ndim, b.ndim) - 2;
+  ShapeVec& out = outputs[0];
+  out.assign(static_cast<size_t>(ndim), 1);
+  for (const ShapeFuncInput* in : {&a, &b}) {
+    const int batch = in->ndim - 2;
+    for (int k = 0; k < batch; ++k) {
+      int64_t& o = out[static_cast<size_t>(ndim - batch + k)];
+      const int64_t d = in->shape[k];
+      if (d == o || d == 1) continue;
+      if (o != 1) {
+        FailOp(kMatmulBatch, "the batch sizes of " + ShapeString(a) + " and " + ShapeString(b) + " do not broadcast");
+      }
+      o = d;
+    }
+  }
+}
+
+SHAPEFN_BUILTIN(shapefn_matmul_batch, kMatmulBatch, {}, (std::vector<bool>{false, false}), 1, false, MatmulBatchShape);
+
 SHAPEFN_BUILTIN(shapefn_broadcast2, "shapefn.broadcast", {}, (std::vector<bool>{false, false}), 1, false,
                 BroadcastShapes);
 SHAPEFN_BUILTIN(shapefn_broadcast3, "shapefn.broadcast3", {}, (std::vector<bool>{false, false, false}), 1, false,

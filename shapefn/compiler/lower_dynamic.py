@@ -154,6 +154,8 @@ class _Lowering(relax.PyExprMutator):
             return self._broadcasting(call)
         if _unknown_shape(call) and name == "relax.concat":
             return self._concat(call)
+        if _unknown_shape(call) and name == "relax.matmul":
+            return self._batched_matmul(call)
         return call
 
     def _with_known_shapes(self, call: relax.Call) -> relax.Call:
@@ -188,6 +190,21 @@ class _Lowering(relax.PyExprMutator):
         args = [bb.emit(relax.op.broadcast_to(a, target)) if isinstance(a.ty, relax.TensorType) else a
                 for a in call.args]
         return relax.Call(call.op, args, call.attrs, call.ty_args)
+
+    def _batched_matmul(self, call: relax.Call) -> relax.Expr:
+        """A matmul whose batch sizes are unrelated symbols (which may be 1
+        only at run time; Relax cannot type it): the host broadcasts the
+        batch shapes, both operands are broadcast to them, and the matmul
+        sees equal batch sizes."""
+        a, b = call.args
+        if any(t.ty.shape is None or t.ty.ndim < 2 for t in (a, b)):
+            return call
+        bb = self.builder_
+        ndim = max(a.ty.ndim, b.ty.ndim) - 2
+        (batch,) = emit_shape(bb, "shapefn.matmul_batch", [a, b], [ndim], prefix="batch")
+        a, b = (bb.emit(relax.op.broadcast_to(t, relax.ShapeExpr([*batch, *t.ty.shape.values[-2:]])))
+                for t in (a, b))
+        return relax.Call(call.op, [a, b], call.attrs, call.ty_args)
 
     def _concat(self, call: relax.Call) -> relax.Expr:
         """Concat whose inputs' other sizes are symbolically unrelated (Relax

@@ -23,7 +23,7 @@ from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 from ..compiler.placement import key
 from ..compiler.sources import name_after_sources
 from ..errors import InvalidOnnxModel, UnsupportedOnnxOp
-from . import onnx_converters, onnx_layers, onnx_math, onnx_reduce, onnx_resize, onnx_sequences  # noqa: F401  (they register their converters)
+from . import onnx_converters, onnx_layers, onnx_losses, onnx_math, onnx_reduce, onnx_resize, onnx_sequences  # noqa: F401  (they register their converters)
 from .onnx_loop import convert_loop
 
 # How TVM's importer keeps shape values: ``Shape`` outputs as shapes
