@@ -220,6 +220,14 @@ def reduce_cases():
                 yield f"{op}-{name}-over-nothing-{helper.tensor_dtype_to_np_dtype(dtype)}", model(
                     [node(op, ["x"], ["y"], keepdims=0, **attrs)], [("x", dtype, ["N", 4])], [("y", dtype, None)]), \
                     [[values((n, 4))] for n in (0, 3)]
+    # Rows of -inf (a fully masked attention row) and of the extreme finite
+    # floats: TVM's float max starts from the lowest finite value.
+    lowest, highest = np.finfo(np.float32).min, np.finfo(np.float32).max
+    extremes = np.array([[-np.inf] * 4, [-np.inf, lowest, -np.inf, -np.inf], [np.inf] * 4,
+                         [np.inf, highest, np.inf, -np.inf], [1.0, -np.inf, np.inf, 2.0]], np.float32)
+    for op in ("ReduceMax", "ReduceMin"):
+        yield f"{op}-of-infinities", model([node(op, ["x"], ["y"], axes=[1], keepdims=0)], [("x", F, ["N", 4])],
+                                           [("y", F, None)]), [[extremes], [extremes[:2]]]
     # an empty axes list: as absent (all axes), as onnxruntime reads it (TVM's importer refused it)
     empty_axes = node("ReduceMax", ["x"], ["y"], keepdims=0)
     empty_axes.attribute.append(helper.make_attribute("axes", [], attr_type=onnx.AttributeProto.INTS))

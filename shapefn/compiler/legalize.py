@@ -254,7 +254,7 @@ def legalize_reduction(bb: relax.BlockBuilder, call: relax.Call, op: str) -> rel
                         else tirx.truncdiv(total(*i), tirx.Cast(dtype, tirx.max(count, 1))))
                 return tirx.if_then_else(count == 0, tirx.const(empty, dtype), mean)
         else:
-            result = (topi.max if op == "max" else topi.min)(x, axes, keepdims)
+            result = _extreme(x, axes, keepdims, op)
 
             def value(*i):
                 return tirx.if_then_else(count == 0, tirx.const(empty, dtype), result(*i))
@@ -263,6 +263,29 @@ def legalize_reduction(bb: relax.BlockBuilder, call: relax.Call, op: str) -> rel
         return te.compute(shape, value, name=op)
 
     return bb.call_te(reduce, data, primfunc_name_hint=op)
+
+
+def _extreme(x: te.Tensor, axes: list, keepdims: bool, op: str):
+    """The max (or min) of ``x`` over ``axes``. Floats are compared as
+    integers that sort as they do (the sign bit kept, the other bits of a
+    negative one flipped), because TVM's float max starts from the lowest
+    finite value: over a row of -inf (a fully masked attention row) it gives
+    that value, not -inf. The integer reduction is one TVM's GPU rules
+    schedule like any other."""
+    reduce = topi.max if op == "max" else topi.min
+    dtype = str(x.dtype)
+    if "float" not in dtype:
+        return reduce(x, axes, keepdims)
+    bits = tvm.DataType(dtype).bits
+    itype = f"int{bits}"
+    magnitude = tirx.const((1 << (bits - 1)) - 1, itype)
+
+    def flipped(word):  # (its own inverse: the sign bit is kept)
+        return word ^ ((word >> tirx.const(bits - 1, itype)) & magnitude)
+
+    keys = te.compute(x.shape, lambda *i: flipped(tirx.reinterpret(itype, x(*i))), name="order_key")
+    best = reduce(keys, axes, keepdims)
+    return te.compute(best.shape, lambda *i: tirx.reinterpret(dtype, flipped(best(*i))), name=op)
 
 
 def legalize_relu(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
