@@ -8,7 +8,7 @@ lowering of data-dependent ops call them.
   unique, NMS): results at the front of upper-bound buffers and a count
 * ``scan``: cumulative sum and product
 * ``concat``, ``scatter``, ``slicing``, ``elementwise``
-* ``gpu``, ``gpu_count``: GPU forms of the above (same names and signatures;
+* ``gpu``, ``gpu_count``, ``gpu_nms``: GPU forms of the above (same names and signatures;
   ``target_schedule.kernel_form`` picks them)
 * ``tir_builder``, ``gpu_builder``, ``heap``: helpers for writing kernels
 """

@@ -8,7 +8,7 @@ order, shapes, dtypes, symbolic sizes) of its CPU form (``dynamic.topk``,
 ``scan.cumulative``) and the same results,
 bit for bit where the CPU form is deterministic; it returns a PrimFunc with
 explicit thread bindings that TVM's GPU code generators take as it is (no
-dlight schedule). The count-sized kernels live in ``gpu_count``;
+dlight schedule). The count-sized kernels live in ``gpu_count`` and ``gpu_nms``;
 launches, barriers, scans and sorting steps in ``gpu_builder``.
 """
 from __future__ import annotations
@@ -38,7 +38,8 @@ from .gpu_builder import (
     strided,
     unravel,
 )
-from .gpu_count import non_max_suppression, nonzero, nonzero_1d, nonzero_of_compare, unique, unique_slices
+from .gpu_count import nonzero, nonzero_1d, nonzero_of_compare, unique, unique_slices
+from .gpu_nms import non_max_suppression
 from .scatter import reduction_of, scatter_params, scatter_sizes
 from .tir_builder import arg, flat_view, i64, local, sizes
 
