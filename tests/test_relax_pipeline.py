@@ -130,6 +130,48 @@ def test_a_slice_with_bounds_on_the_device_reads_its_extents_and_nothing_else():
     assert (per_op["d2h_bytes"], per_op["syncs"]) == (16 + 10 * 64 * 4, 1)
 
 
+@I.ir_module
+class SliceWithConstantStrides:
+    @R.function
+    def main(x: R.Tensor(("n", "m"), "float32"), begin: R.Tensor((2,), "int64"), end: R.Tensor((2,), "int64")):
+        return R.dynamic_strided_slice(x, begin, end, R.const([1, 2], "int64"))
+
+
+@I.ir_module
+class SliceWithBoundsComputedOnTheDevice:
+    """The bounds are kernels' outputs: the extents kernel fuses with the
+    kernel computing ``end`` (its int64 vectors must be typed as TVM's)."""
+
+    @R.function
+    def main(x: R.Tensor(("n", "m"), "float32"), bounds: R.Tensor((2, 2), "int64")):
+        begin = R.take(bounds, R.const(0, "int64"), axis=0)
+        end = R.add(R.take(bounds, R.const(1, "int64"), axis=0), R.const(1, "int64"))
+        return R.dynamic_strided_slice(x, begin, end, R.const([1, 2], "int64"))
+
+
+SLICES_WITH_CONSTANT_STRIDES = {
+    "bounds-as-inputs": (SliceWithConstantStrides, [np.array([1, 3]), np.array([8, 40])]),
+    "bounds-computed": (SliceWithBoundsComputedOnTheDevice, [np.array([[1, 3], [7, 39]])]),
+}
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["cpu", "opencl"])
+@pytest.mark.parametrize("case", SLICES_WITH_CONSTANT_STRIDES)
+def test_a_slice_with_constant_strides_reads_the_same_extents_under_both_vms(case, target):
+    """Begin and end on the device, strides a constant: both VMs read back
+    the two extents (16 bytes) in one sync, nothing else."""
+    kind, device, name = target
+    mod, bounds = SLICES_WITH_CONSTANT_STRIDES[case]
+    x = np.arange(10 * 64, dtype="float32").reshape(10, 64)
+    expected = x[1:8, 3:40:2]
+    (ours,), pipeline = _run_tvm(_tvm_vm(mod, kind, device, shapefn.relax.pipeline(kind)), device, [x, *bounds])
+    (theirs,), vm = _run_shapefn(mod, name, [x, *bounds])
+    np.testing.assert_array_equal(ours, expected)
+    np.testing.assert_array_equal(theirs, expected)
+    if kind == "opencl":
+        assert (pipeline["d2h_bytes"], pipeline["syncs"]) == (vm["d2h_bytes"], vm["syncs"]) == (16, 1)
+
+
 @pytest.mark.parametrize("target", TARGETS, ids=["cpu", "opencl"])
 def test_a_zero_stride_from_the_device_is_an_error_naming_it(target):
     kind, device, name = target

@@ -138,7 +138,7 @@ def pad(ndim: int, dtype: str = "float32", mode: str = "constant") -> tirx.PrimF
     if mode not in ("constant", "edge", "reflect"):
         raise ValueError(f"pad: unsupported mode {mode!r}")
     data = te.placeholder(sizes("n", ndim), dtype, name="data")
-    pads = te.placeholder((2 * ndim,), "int64", name="pads")
+    pads = te.placeholder((i64(2 * ndim),), "int64", name="pads")
     value = te.placeholder((), dtype, name="value")
     zero, one = i64(0), i64(1)
 

@@ -181,7 +181,7 @@ def resize2d(layout: str = "NCHW", method: str = "nearest",
     del extrapolation_value
     check_resize(layout, method, coordinate_transformation_mode, rounding_method)
     data = te.placeholder(sizes("n", 4), dtype, name="data")
-    scales = te.placeholder((2,), _F32, name="scales") if scaled else None
+    scales = te.placeholder((i64(2),), _F32, name="scales") if scaled else None
     out = resize2d_te(data, (te.var("oh", "int64"), te.var("ow", "int64")), layout, method,
                        coordinate_transformation_mode, rounding_method, cubic_alpha,
                        cubic_exclude, dtype, scales)

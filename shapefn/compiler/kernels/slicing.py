@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tvm import te, tirx
 
-from .tir_builder import sizes
+from .tir_builder import i64, sizes
 
 
 def _slice_index(begin, stride, dim, i):
@@ -20,8 +20,8 @@ def _slice_index(begin, stride, dim, i):
 def strided_slice(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
     """``out = data[begin::strides]`` per axis; begin/strides are int64 tensors."""
     data = te.placeholder(sizes("n", ndim), dtype, name="data")
-    begin = te.placeholder((ndim,), "int64", name="begin")
-    strides = te.placeholder((ndim,), "int64", name="strides")
+    begin = te.placeholder((i64(ndim),), "int64", name="begin")
+    strides = te.placeholder((i64(ndim),), "int64", name="strides")
     out = te.compute(
         sizes("m", ndim),
         lambda *idx: data[tuple(_slice_index(begin[a], strides[a], data.shape[a], idx[a]) for a in range(ndim))],
@@ -38,7 +38,7 @@ def slice_extents(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
     on the device where begin/end/strides are: only the ``ndim`` extents
     then cross."""
     data = te.placeholder(sizes("n", ndim), dtype, name="data")
-    begin, end, strides = (te.placeholder((ndim,), "int64", name=n) for n in ("begin", "end", "strides"))
+    begin, end, strides = (te.placeholder((i64(ndim),), "int64", name=n) for n in ("begin", "end", "strides"))
     zero, one = tirx.const(0, "int64"), tirx.const(1, "int64")
 
     def extent(a):
@@ -57,7 +57,7 @@ def slice_extents(ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
         count = tirx.Select(span <= 0, zero, tirx.truncdiv(span - 1, step) + 1)
         return tirx.Select(s == 0, -one, count)
 
-    out = te.compute((ndim,), extent, name="out")
+    out = te.compute((i64(ndim),), extent, name="out")
     return te.create_prim_func([data, begin, end, strides, out])
 
 
@@ -80,16 +80,16 @@ def roi_params() -> tirx.PrimFunc:
     y0, x0, y1, x1) over an NCHW feature map: begin, end and strides, each
     int64 [4]. All channels are kept (end clipped by the shape function)."""
     r = te.var("r", "int64")
-    rois = te.placeholder((r, 5), "int64", name="rois")
+    rois = te.placeholder((r, i64(5)), "int64", name="rois")
     index = te.var("index", "int64")
     everything = tirx.const(1 << 40, "int64")
 
     def pick(a, image, channels, y, x):
         return tirx.Select(a == 0, image, tirx.Select(a == 1, channels, tirx.Select(a == 2, y, x)))
 
-    begin = te.compute((4,), lambda a: pick(a, rois[index, 0], tirx.const(0, "int64"),
+    begin = te.compute((i64(4),), lambda a: pick(a, rois[index, 0], tirx.const(0, "int64"),
                                             rois[index, 1], rois[index, 2]), name="begin")
-    end = te.compute((4,), lambda a: pick(a, rois[index, 0] + 1, everything,
+    end = te.compute((i64(4),), lambda a: pick(a, rois[index, 0] + 1, everything,
                                           rois[index, 3], rois[index, 4]), name="end")
-    strides = te.compute((4,), lambda a: tirx.const(1, "int64") + a * 0, name="strides")
+    strides = te.compute((i64(4),), lambda a: tirx.const(1, "int64") + a * 0, name="strides")
     return te.create_prim_func([rois, index, begin, end, strides])

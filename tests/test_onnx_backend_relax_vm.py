@@ -1,0 +1,99 @@
+"""ONNX's conformance runner over TVM's own VM with shapefn's pipeline: one
+node test per operator, imported by ``shapefn.frontend.from_onnx``, built
+by ``tvm.compile(..., relax_pipeline=shapefn.relax.pipeline("llvm"))`` and
+run on an unmodified ``relax.VirtualMachine`` — what the pipeline covers,
+measured by the suite that measures shapefn's VM.
+
+The sample is, for each operator with a single-node test that shapefn's VM
+passes (not listed in ``data/onnx_backend_expected_failures.txt``), the
+first such test by name. Cases that fail only under TVM's VM are listed in
+``PIPELINE_FAILURES`` with the reason; as in the whole suite, a listed case
+that passes fails the run until it is taken off."""
+import collections
+import functools
+import re
+import warnings
+
+import numpy as np
+import onnx
+import onnx.backend.test
+import onnx.backend.test.loader
+import pytest
+import tvm
+from onnx.backend.base import Backend, BackendRep
+from test_onnx_backend_suite import expected_failures
+from tvm import relax
+
+import shapefn.relax
+from shapefn.frontend import from_onnx
+
+pytestmark = pytest.mark.model  # (a compile per case: not under the sanitizer)
+
+# Sample cases that fail under TVM's VM only, and why.
+PIPELINE_FAILURES: dict[str, str] = {}
+
+
+@functools.cache
+def sample() -> list[str]:
+    """One passing single-node case per operator, by name."""
+    passing_elsewhere = expected_failures()
+    by_operator = collections.defaultdict(list)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (the case generators' own overflows)
+        cases = onnx.backend.test.loader.load_model_tests(kind="node")
+    for case in cases:
+        nodes = case.model.graph.node if case.model is not None else []
+        if len(nodes) == 1 and f"{case.name}_cpu" not in passing_elsewhere:
+            by_operator[nodes[0].op_type].append(case.name)
+    return sorted(min(names) for names in by_operator.values())
+
+
+class RelaxVMRep(BackendRep):
+    def __init__(self, model: onnx.ModelProto):
+        initializers = {i.name for i in model.graph.initializer}
+        self.inputs = [i.name for i in model.graph.input if i.name not in initializers]
+        self.sequences = [o.type.HasField("sequence_type") for o in model.graph.output]
+        library = tvm.compile(from_onnx(model), target="llvm", relax_pipeline=shapefn.relax.pipeline("llvm"))
+        self.vm = relax.VirtualMachine(library, tvm.cpu())
+
+    def run(self, inputs, **kwargs):
+        args = [inputs[n] for n in self.inputs] if isinstance(inputs, dict) else list(inputs)
+        result = self.vm["main"](*[tvm.runtime.tensor(np.asarray(a)) for a in args])
+        items = [result] if len(self.sequences) == 1 else list(result)
+        return tuple([t.numpy() for t in item] if sequence else item.numpy()
+                     for item, sequence in zip(items, self.sequences, strict=True))
+
+
+class RelaxVMBackend(Backend):
+    @classmethod
+    def prepare(cls, model, device="CPU", **kwargs):
+        return RelaxVMRep(model)
+
+    @classmethod
+    def supports_device(cls, device):
+        return device == "CPU"
+
+
+def _suite() -> None:
+    runner = onnx.backend.test.BackendTest(RelaxVMBackend, __name__)
+    included = {f"{name}_cpu" for name in sample()}
+    runner.include("|".join(rf"^{re.escape(name)}$" for name in sorted(included)))
+    for name in PIPELINE_FAILURES:
+        runner.xfail(rf"^{re.escape(name)}_cpu$")
+    for case in runner.test_cases.values():
+        for name in [n for n in vars(case) if n.startswith("test_") and n not in included]:
+            delattr(case, name)
+        case.__name__ = case.__qualname__ = "RelaxVM" + case.__name__
+        globals()[case.__name__] = case
+
+
+_suite()
+
+
+def test_the_sample_covers_every_operator_shapefn_passes():
+    """The sample is not empty and lists each operator once; every listed
+    pipeline failure is in it and has a reason."""
+    names = sample()
+    assert len(names) >= 140, len(names)
+    assert set(PIPELINE_FAILURES) <= set(names)
+    assert all(reason.strip() for reason in PIPELINE_FAILURES.values())
