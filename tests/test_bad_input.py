@@ -226,8 +226,9 @@ def onnx_model(nodes, inputs=("x",), outputs=("y",), opsets=(("", 17),)):
 
 
 def test_unsupported_onnx_ops_are_all_listed_with_their_nodes_before_conversion(monkeypatch):
-    then_branch = helper.make_graph([helper.make_node("Celu", ["x"], ["t"], name="celu_in_branch")], "then", [],
-                                     [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+    reverse = helper.make_node("ReverseSequence", ["x", "x"], ["t"], name="reverse_in_branch")
+    t = helper.make_tensor_value_info("t", TensorProto.FLOAT, None)
+    then_branch = helper.make_graph([reverse], "then", [], [t])
     else_branch = helper.make_graph([helper.make_node("Relu", ["x"], ["e"], name="relu")], "else", [],
                                     [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
     cond = helper.make_tensor("cond", TensorProto.BOOL, [], [True])
@@ -246,9 +247,9 @@ def test_unsupported_onnx_ops_are_all_listed_with_their_nodes_before_conversion(
     monkeypatch.setattr(shapefn.frontend.onnx._Importer, "_construct_node", no_conversion)
     with pytest.raises(UnsupportedOnnxOp) as info:
         shapefn.from_onnx(model)
-    assert str(info.value) == ("ONNX operators not supported: Celu (node 'celu_in_branch'); "
-                               "Det (nodes 'det1', (unnamed, output 'c')); my.ops.Fancy (node 'custom')")
-    assert info.value.ops == {"Celu": ["'celu_in_branch'"], "Det": ["'det1'", "(unnamed, output 'c')"],
+    assert str(info.value) == ("ONNX operators not supported: Det (nodes 'det1', (unnamed, output 'c')); "
+                               "ReverseSequence (node 'reverse_in_branch'); my.ops.Fancy (node 'custom')")
+    assert info.value.ops == {"ReverseSequence": ["'reverse_in_branch'"], "Det": ["'det1'", "(unnamed, output 'c')"],
                               "my.ops.Fancy": ["'custom'"]}
     assert isinstance(info.value, NotImplementedError)
 

@@ -24,6 +24,7 @@ from ..compiler.placement import key
 from ..compiler.sources import name_after_sources
 from ..errors import InvalidOnnxModel, UnsupportedOnnxOp
 from . import onnx_converters, onnx_layers, onnx_losses, onnx_math, onnx_reduce, onnx_resize, onnx_sequences  # noqa: F401  (they register their converters)
+from .onnx_functions import all_nodes, expand_functions, expandable, fold_constant_sizes, opset_of
 from .onnx_loop import convert_loop
 
 # How TVM's importer keeps shape values: ``Shape`` outputs as shapes
@@ -460,30 +461,15 @@ def _converter_inputs(bb: relax.BlockBuilder, inputs, takes_shapes: bool, scalar
     return out
 
 
-def _all_nodes(graph):
-    for node in graph.node:
-        yield node
-        for a in node.attribute:
-            if a.HasField("g"):
-                yield from _all_nodes(a.g)
-            for g in a.graphs:
-                yield from _all_nodes(g)
-
-
 def _node_label(node) -> str:
     if node.name:
         return repr(node.name)
     return f"(unnamed, output {node.output[0]!r})" if node.output else "(unnamed)"
 
 
-def _check_model(model: onnx.ModelProto) -> None:
-    """Rejects, before anything is converted, a model with operators that
-    cannot be imported (``UnsupportedOnnxOp`` listing every one, subgraphs
-    included, with its nodes) and a model ``onnx.checker`` finds malformed
-    (``InvalidOnnxModel``)."""
-    supported = set(tvm_onnx._get_convert_map()) | set(onnx_converters.CONVERTERS) | _IMPORTER_OPS
+def _check_operators(model: onnx.ModelProto, supported: set[str], where: str = "") -> None:
     unsupported: dict[str, list[str]] = {}
-    for node in _all_nodes(model.graph):
+    for node in all_nodes(model.graph):
         if node.domain in _DEFAULT_DOMAINS and node.op_type in supported:
             continue
         if node.domain == _MICROSOFT_DOMAIN and node.op_type in _MICROSOFT_OPS:
@@ -501,22 +487,41 @@ def _check_model(model: onnx.ModelProto) -> None:
     if unsupported:
         listing = "; ".join(f"{op} (node{'s' if len(nodes) > 1 else ''} {', '.join(nodes)})"
                             for op, nodes in sorted(unsupported.items()))
-        raise UnsupportedOnnxOp(f"ONNX operators not supported: {listing}", unsupported)
+        raise UnsupportedOnnxOp(f"ONNX operators not supported{where}: {listing}", unsupported)
+
+
+def _check_nodes(model: onnx.ModelProto) -> None:
     try:
         onnx.checker.check_model(_for_checker(model))
     except onnx.checker.ValidationError as err:
         raise InvalidOnnxModel(f"the ONNX model is malformed: {err}") from None
+
+
+def _check_shapes(model: onnx.ModelProto) -> None:
+    """What onnxruntime checks when it loads a model: each node's
+    attributes and static shapes against its operator's inference
+    (negative pads, a split larger than its axis, a convolution window
+    larger than its input), which TVM would otherwise find only while
+    compiling, naming no node. (Input types are _check_types', whose
+    messages name the input.)"""
     try:
-        # What onnxruntime checks when it loads a model: each node's
-        # attributes and static shapes against its operator's inference
-        # (negative pads, a split larger than its axis, a convolution
-        # window larger than its input), which TVM would otherwise find
-        # only while compiling, naming no node. (Input types are
-        # _check_types', whose messages name the input.)
-        onnx.shape_inference.infer_shapes(_for_checker(model, shape_unshaped=False), check_type=False,
-                                          strict_mode=True)
+        _infer_shapes(model)
     except onnx.shape_inference.InferenceError as err:
-        raise InvalidOnnxModel(f"the ONNX model fails ONNX's shape inference: {err}") from None
+        # ONNX's inference of some function bodies fails where that of
+        # their expansion passes (MeanVarianceNormalization's default axes).
+        try:
+            _infer_shapes(expand_functions(model, set(), _DEFAULT_DOMAINS))
+        except onnx.shape_inference.InferenceError:
+            raise InvalidOnnxModel(f"the ONNX model fails ONNX's shape inference: {err}") from None
+
+
+def _infer_shapes(model: onnx.ModelProto) -> None:
+    onnx.shape_inference.infer_shapes(_for_checker(model, shape_unshaped=False), check_type=False, strict_mode=True)
+
+
+def _converted() -> set[str]:
+    """The operators shapefn's importer converts (TVM's converters and shapefn's)."""
+    return set(tvm_onnx._get_convert_map()) | set(onnx_converters.CONVERTERS) | _IMPORTER_OPS
 
 
 def _for_checker(model: onnx.ModelProto, shape_unshaped: bool = True) -> onnx.ModelProto:
@@ -532,7 +537,7 @@ def _for_checker(model: onnx.ModelProto, shape_unshaped: bool = True) -> onnx.Mo
       onnxruntime registers as a contrib operator) or deprecates
       (GroupNormalization-18) — move to a domain of their own, whose nodes
       it does not check (it still checks how the graph uses them)."""
-    opset = _default_opset(model)
+    opset = opset_of(model, _DEFAULT_DOMAINS)
 
     def unchecked(node):
         if node.domain == _MICROSOFT_DOMAIN:
@@ -546,24 +551,20 @@ def _for_checker(model: onnx.ModelProto, shape_unshaped: bool = True) -> onnx.Mo
             return []
         return [v for v in values if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape")]
 
-    if not unshaped([*model.graph.input, *model.graph.output]) and not any(map(unchecked, _all_nodes(model.graph))):
+    if not unshaped([*model.graph.input, *model.graph.output]) and not any(map(unchecked, all_nodes(model.graph))):
         return model
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     for value in unshaped([*copy.graph.input, *copy.graph.output]):
         value.type.tensor_type.shape.SetInParent()
     moved = False
-    for node in _all_nodes(copy.graph):
+    for node in all_nodes(copy.graph):
         if unchecked(node):
             node.domain = _UNCHECKED_DOMAIN
             moved = True
     if moved:
         copy.opset_import.append(onnx.helper.make_opsetid(_UNCHECKED_DOMAIN, 1))
     return copy
-
-
-def _default_opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in _DEFAULT_DOMAINS), 1)
 
 
 def from_onnx(model, shape_dict: dict | None = None) -> tvm.IRModule:
@@ -582,8 +583,16 @@ def from_onnx(model, shape_dict: dict | None = None) -> tvm.IRModule:
             raise InvalidOnnxModel(f"'{path}' is not an ONNX model: {err}") from None
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"from_onnx takes an onnx.ModelProto or a path, got {type(model).__name__}")
-    _check_model(model)
-    opset = _default_opset(model)
+    # Before anything is converted: operators shapefn cannot import (every
+    # one, subgraphs included), nodes as written, then what ONNX infers.
+    defined = expandable(model, _converted(), _DEFAULT_DOMAINS)
+    _check_operators(model, _converted() | defined)
+    _check_nodes(model)
+    if defined:
+        model = fold_constant_sizes(expand_functions(model, _converted(), _DEFAULT_DOMAINS))
+        _check_operators(model, _converted(), f" in ONNX's definition of {', '.join(sorted(defined))}")
+    _check_shapes(model)
+    opset = opset_of(model, _DEFAULT_DOMAINS)
     importer = _Importer(shape_dict, "float32", keep_params_in_input=False, sanitize=True)
     importer._model = model
     mod = importer.from_onnx(model.graph, opset)

@@ -213,6 +213,20 @@ def _static_broadcast(data, values) -> list | None:
     return out
 
 
+# Constant's scalar and list forms (TVM's converter reads only ``value``);
+# ONNX's function bodies use them for their attributes (Celu's alpha).
+_CONSTANT_FORMS = {"value_float": "float32", "value_floats": "float32", "value_int": "int64", "value_ints": "int64"}
+
+
+@converter("Constant")
+def constant(importer, inputs, attrs, opset):
+    form = next((name for name in _CONSTANT_FORMS if name in attrs), None)
+    if form is None:
+        return NotImplemented  # (TVM's converter: ``value``)
+    value = np.asarray(attrs[form], _CONSTANT_FORMS[form])
+    return relax.const(value.reshape(-1) if form.endswith("s") else value.reshape(()), str(value.dtype))
+
+
 @converter("ConstantOfShape")
 def constant_of_shape(importer, inputs, attrs, opset):
     shape = inputs[0]

@@ -1,0 +1,83 @@
+"""Operators ONNX defines as functions (``frontend/onnx_functions.py``):
+imported as their function bodies, on a strict sim and on opencl
+(``onnx_check``) against onnxruntime, with sizes known only at run time.
+Attention (opset 23) in its three layouts — 3-D with grouped key/value
+heads, 4-D with a past cache and its present outputs, causal, with a
+boolean mask — at several (batch, length) pairs, length 1 included."""
+import numpy as np
+import pytest
+from onnx import TensorProto
+from test_onnx_ops import model, node, uniform
+
+from shapefn.errors import InvalidOnnxModel, UnsupportedOnnxOp
+from shapefn.frontend import from_onnx
+
+F, B = TensorProto.FLOAT, TensorProto.BOOL
+rng = np.random.default_rng(5)
+
+
+def test_grouped_heads_3d_attention(onnx_check):
+    """Q of 4 heads, K/V of 2 (hidden 4 x 8 and 2 x 8), batch and lengths symbolic."""
+    m = model([node("Attention", ["q", "k", "v"], ["y"], q_num_heads=4, kv_num_heads=2)],
+              [("q", F, ["B", "S", 32]), ("k", F, ["B", "L", 16]), ("v", F, ["B", "L", 16])], [("y", F, None)],
+              opset=23)
+    onnx_check(m, [[uniform((b, s, 32)), uniform((b, kv, 16)), uniform((b, kv, 16))]
+                   for b, s, kv in [(2, 5, 7), (1, 1, 1), (3, 4, 1)]], atol=1e-5)
+
+
+def test_causal_4d_attention_with_a_past_cache(onnx_check):
+    """A decoder step: past keys/values of length P, new ones of length S;
+    the outputs are Y and the present cache (P + S long)."""
+    m = model([node("Attention", ["q", "k", "v", "", "past_k", "past_v"], ["y", "present_k", "present_v"],
+                    is_causal=1)],
+              [("q", F, ["B", 2, "S", 8]), ("k", F, ["B", 2, "S", 8]), ("v", F, ["B", 2, "S", 8]),
+               ("past_k", F, ["B", 2, "P", 8]), ("past_v", F, ["B", 2, "P", 8])],
+              [("y", F, None), ("present_k", F, None), ("present_v", F, None)], opset=23)
+    onnx_check(m, [[uniform((b, 2, s, 8)), uniform((b, 2, s, 8)), uniform((b, 2, s, 8)),
+                    uniform((b, 2, p, 8)), uniform((b, 2, p, 8))]
+                   for b, s, p in [(1, 1, 6), (2, 3, 4), (1, 5, 0)]], atol=1e-5)
+
+
+def test_masked_4d_attention_with_scale_and_softcap(onnx_check):
+    """A boolean mask (True attends) broadcast over heads, and the QK product
+    as a fourth output."""
+    m = model([node("Attention", ["q", "k", "v", "mask"], ["y", "", "", "qk"], scale=0.3, softcap=2.0,
+                    qk_matmul_output_mode=1)],
+              [("q", F, ["B", 2, "S", 4]), ("k", F, ["B", 2, "L", 4]), ("v", F, ["B", 2, "L", 4]),
+               ("mask", B, ["S", "L"])],
+              [("y", F, None), ("qk", F, None)], opset=23)
+
+    def feed(b, s, kv):
+        mask = rng.random((s, kv)) < 0.7
+        mask[:, 0] = True  # (a row with nothing to attend is zero in both)
+        return [uniform((b, 2, s, 4)), uniform((b, 2, kv, 4)), uniform((b, 2, kv, 4)), mask]
+
+    onnx_check(m, [feed(2, 3, 5), feed(1, 1, 1)], atol=1e-5)
+
+
+@pytest.mark.parametrize("op, attrs, shape", [
+    ("Celu", {"alpha": 0.7}, ["N", 5]),
+    ("MeanVarianceNormalization", {}, ["N", 3, "H", 2]),
+    ("Swish", {"alpha": 1.3}, ["N", 5]),
+])
+def test_function_defined_operators(onnx_check, op, attrs, shape):
+    opset = 24 if op == "Swish" else 13
+    m = model([node(op, ["x"], ["y"], **attrs)], [("x", F, shape)], [("y", F, None)], opset=opset)
+    sizes = [[3, 5], [1, 5]] if len(shape) == 2 else [[2, 3, 4, 2], [1, 3, 3, 2]]
+    onnx_check(m, [[uniform(s)] for s in sizes], atol=1e-5)
+
+
+def test_a_malformed_node_is_refused_before_expansion():
+    """The checker sees the node as written (not its expansion), and names it."""
+    m = model([node("Attention", ["q", "k"], ["y"])], [("q", F, [1, 2, 3, 4]), ("k", F, [1, 2, 3, 4])],
+              [("y", F, None)], opset=23)
+    with pytest.raises(InvalidOnnxModel, match="OpType: Attention"):
+        from_onnx(m)
+
+
+def test_an_unsupported_operator_in_a_definition_names_the_definition():
+    m = model([node("LinearAttention", ["q", "k", "v"], ["y", "state"], q_num_heads=2, kv_num_heads=2)],
+              [("q", F, [1, 3, 8]), ("k", F, [1, 3, 8]), ("v", F, [1, 3, 8])], [("y", F, None), ("state", F, None)],
+              opset=27)
+    with pytest.raises(UnsupportedOnnxOp, match="in ONNX's definition of LinearAttention: Scan"):
+        from_onnx(m)
