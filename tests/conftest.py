@@ -255,7 +255,7 @@ def relax_main(params, body) -> tvm.IRModule:
 
 @tvm.script.ir_module
 class ProfilingExample:
-    """The README's profiling example: the slice's begin is computed on the
+    """The profiling example (docs/profiling.md): the slice's begin is computed on the
     device, its end from the input's shape on the host."""
 
     @R.function

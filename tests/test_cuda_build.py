@@ -1,4 +1,4 @@
-"""Builds for CUDA, checked without a GPU: the README's profiling example
+"""Builds for CUDA, checked without a GPU: the profiling example of docs/profiling.md
 and the Mask R-CNN-style mask head (Faster R-CNN: in test_models.py, with
 the same checks) compile for ``cuda`` into a library whose device module is
 a fatbin made by the machine's nvcc, holding machine code (SASS) of every

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.model
 DATA = pathlib.Path(__file__).parent / "data"
 SIZES = [(320, 320), (256, 384)]
 # Host waits per inference: one per phase whose sizes depend on device data
-# computed after the previous phase's sizes were known (see the README).
+# computed after the previous phase's sizes were known (see docs/bench/README.md, Detection models).
 SYNCS = {"ssdlite320_mobilenet_v3_large": 2, "fasterrcnn_mobilenet_v3_large_320_fpn": 7}
 
 
@@ -91,8 +91,8 @@ class Compiled:
         key = (name, "tvm.compile", target)
         if key not in self.executables:
             self.session(name)
-            self.executables[key] = tvm.compile(from_onnx(self.protos[name]), target=target,
-                                                relax_pipeline=shapefn.relax.pipeline(target))
+            self.executables[key] = shapefn.relax.runnable(tvm.compile(
+                from_onnx(self.protos[name]), target=target, relax_pipeline=shapefn.relax.pipeline(target)))
         return relax.VirtualMachine(self.executables[key], TVM_DEVICES[target]())
 
 
