@@ -3,24 +3,13 @@
 Shape functions declare data dependence per input, so the VM copies to the
 host only the values a shape function reads, never whole data tensors.
 """
-import os as _os
-
-# Host kernels' parallel loops run on TVM's thread pool, which takes half the
-# CPUs on x86 unless TVM_NUM_THREADS says otherwise (it assumes two hardware
-# threads per core: on a 2-CPU machine, one thread). shapefn gives it every
-# CPU the process may use; TVM_NUM_THREADS, set before the pool first runs,
-# chooses another count.
-_os.environ.setdefault("TVM_NUM_THREADS", str(len(_os.sched_getaffinity(0)) if hasattr(_os, "sched_getaffinity")
-                                              else _os.cpu_count() or 1))
-
 # The extensions link libtvm_ffi and TVM's libtvm_runtime; loading them
 # first lets the extensions find them wherever the packages are installed.
-import tvm as _tvm  # noqa: E402, F401
-import tvm_ffi as _tvm_ffi  # noqa: E402, F401
+import tvm as _tvm  # noqa: F401
+import tvm_ffi as _tvm_ffi  # noqa: F401
 
 from . import ops
 from .builder import Label, Param, ProgramBuilder, Reg
-from .compiler import te_params as _te_params
 from .compiler.compile import compile
 from .compiler.shape_calls import emit_extern
 from .config import cache_dir, set_cache_dir
@@ -40,11 +29,6 @@ from .executable import Executable
 from .profiler import ProfileReport
 from .registry import data_dependence, register_shape_func, registered_ops, shape_func_info
 from .vm import Tensor, VirtualMachine
-
-# Kernels TVM makes from TE computations (its importer's, its legalizations',
-# shapefn's) take their size parameters in a deterministic order, so the
-# kernel cache hits from one process to the next (compiler/te_params.py).
-_te_params.install()
 
 __version__ = "0.1.0"
 

@@ -1,7 +1,7 @@
 """The virtual machine, as Python sees it."""
 from __future__ import annotations
 
-from . import _core, _vmcall, devices
+from . import _core, _vmcall, devices, host_threads
 from .executable import Executable
 from .profiler import ProfileReport
 
@@ -26,6 +26,7 @@ class VirtualMachine:
         self.executable = exe
         self.device = devices.device(device)
         dependence = dependence or exe.default_dependence
+        host_threads.pool_threads()  # (kernels' parallel loops on every CPU: host_threads.py)
         self._vm = _core.VirtualMachine(exe._core, self.device, dependence, exe._kernels, max_instructions)
         self._address = self._vm._address()
         self._functions: dict[str, _vmcall.Function] = {}  # looked up once: a lookup costs more than a call

@@ -67,7 +67,7 @@ def test_gpu_builds_record_their_host_code():
 _THREADS = """
 import os, numpy as np, tvm_ffi, shapefn, onnx
 from onnx import helper, numpy_helper, TensorProto
-print(tvm_ffi.get_global_func("runtime.NumThreads")(), len(os.sched_getaffinity(0)))
+environment = os.environ.get("TVM_NUM_THREADS")
 rng = np.random.default_rng(0)
 w, x = rng.standard_normal((32, 8, 3, 3)).astype(np.float32), rng.standard_normal((2, 8, 9, 11)).astype(np.float32)
 graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
@@ -76,6 +76,8 @@ graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 
                           [numpy_helper.from_array(w, "w")])
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 got = shapefn.VirtualMachine(shapefn.compile(shapefn.from_onnx(model), "host"), "host")(x).numpy()
+assert os.environ.get("TVM_NUM_THREADS") == environment  # (what child processes would inherit)
+print(tvm_ffi.get_global_func("runtime.NumThreads")(), len(os.sched_getaffinity(0)))
 padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
 windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))  # n, c, h, w, kh, kw
 want = np.einsum("nchwij,ocij->nohw", windows, w)
@@ -85,9 +87,10 @@ print(float(np.abs(got - want).max()))
 
 @pytest.mark.parametrize("threads", [None, "1", "2"])
 def test_host_kernels_run_on_every_cpu_the_process_may_use(threads):
-    """TVM's pool would take half the CPUs on x86; shapefn gives it all of
-    them unless TVM_NUM_THREADS says otherwise, and a parallel convolution
-    gives numpy's result with either count."""
+    """TVM's pool would take half the CPUs on x86; shapefn's VM gives it all
+    of them unless TVM_NUM_THREADS says otherwise, without writing the
+    variable, and a parallel convolution gives numpy's result with either
+    count."""
     env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
     if threads is not None:
         env["TVM_NUM_THREADS"] = threads

@@ -23,6 +23,7 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 
 import shapefn
+import shapefn.relax
 from conftest import ProfilingExample, opencl, relax_main, run_on_devices, sym
 from shapefn import kernels, ops
 from shapefn.compiler import codegen, cpu_schedule, placement, schedule, target_schedule
@@ -340,7 +341,7 @@ def test_single_thread_form_keeps_global_scratch_on_the_device(kind):
 def test_single_thread_nms_matches_its_cpu_build(rng):
     func = count_kernels.non_max_suppression(0)
     cpu = kernels.build({"nms": func})
-    gpu = single_thread_build("nms", func, "opencl")
+    gpu = shapefn.relax.runnable(single_thread_build("nms", func, "opencl"))  # (TVM's module, run by shapefn's runtime)
     corners = rng.uniform(0, 10, (1, 60, 2)).astype(np.float32)
     boxes = np.concatenate([corners, corners + rng.uniform(1, 5, (1, 60, 2)).astype(np.float32)], axis=-1)
     args = [boxes, rng.uniform(0, 1, (1, 3, 60)).astype(np.float32), np.array([10], np.int64),

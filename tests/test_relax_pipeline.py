@@ -28,7 +28,10 @@ TARGETS = [CPU, OPENCL]
 
 
 def _tvm_vm(mod: tvm.IRModule, target: str, device, pipeline="default"):
-    return relax.VirtualMachine(tvm.compile(mod, target=target, relax_pipeline=pipeline), device(0))
+    """``mod`` compiled by ``tvm.compile`` (OpenCL kernels loaded by shapefn's
+    runtime: ``runnable``) in TVM's VM."""
+    return relax.VirtualMachine(shapefn.relax.runnable(tvm.compile(mod, target=target, relax_pipeline=pipeline)),
+                                device(0))
 
 
 def _run_tvm(vm, device, args):

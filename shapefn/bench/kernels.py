@@ -10,10 +10,9 @@ repetitions; ``ratio`` is shapefn's time over onnxruntime's, and ``gflops``
 each runtime's rate. Outputs are checked against onnxruntime's first.
 
 onnxruntime runs with as many intra-op threads as TVM's thread pool has
-(``--threads`` overrides it for onnxruntime only): TVM sizes its pool from
-``TVM_NUM_THREADS`` (which ``import shapefn`` sets to the CPUs the process
-may use unless it is set), and without it from half the logical CPUs on
-x86.
+(``--threads`` overrides it for onnxruntime only): shapefn sizes the pool
+to the CPUs the process may use unless ``TVM_NUM_THREADS`` chooses
+(``host_threads.py``).
 
 onnxruntime runs with its worker threads' spin-waiting off: left on, they
 keep spinning for a while after each run, and with as many threads as cores
@@ -31,9 +30,9 @@ import json
 import statistics
 
 import numpy as np
-import tvm_ffi
 from onnx import TensorProto, helper, numpy_helper
 
+from .. import host_threads
 from ..compiler.compile import compile as compile_relax
 from ..frontend import from_onnx
 from ..vm import VirtualMachine
@@ -122,7 +121,7 @@ def main(argv=None) -> None:
     parser.add_argument("--only", nargs="*", default=None, help="kernel names (default: all)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    tvm_threads = int(tvm_ffi.get_global_func("runtime.NumThreads")())
+    tvm_threads = host_threads.pool_threads()
     if args.threads is None:
         args.threads = tvm_threads
     rng = np.random.default_rng(0)

@@ -30,7 +30,7 @@ from tvm.script import relax as R
 
 from .. import devices
 from ..compiler.compile import compile as shapefn_compile
-from ..relax import pipeline
+from ..relax import pipeline, runnable
 from ..vm import VirtualMachine
 
 
@@ -130,7 +130,7 @@ def runner(configuration: str, mod: tvm.IRModule, device: str):
         return lambda args: vm(*args)
     relax_pipeline = pipeline(target) if configuration == "shapefn_pipeline" else "default"
     dev = tvm.opencl(0) if device == "opencl" else tvm.cpu(0)
-    vm = relax.VirtualMachine(tvm.compile(mod, target=target, relax_pipeline=relax_pipeline), dev)
+    vm = relax.VirtualMachine(runnable(tvm.compile(mod, target=target, relax_pipeline=relax_pipeline)), dev)
     uploaded: dict = {}
 
     def run(args):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from . import target_schedule
+from . import target_schedule, te_params
 from .dataflow_regions import dataflow_regions
 from .fold_constants import fold_constant_kernels, fold_constant_transposes
 from .fusion_repairs import (
@@ -32,8 +32,9 @@ def lower(mod: tvm.IRModule, target: tvm.target.Target | None = None) -> tvm.IRM
     kernels of ``target`` (default: the CPU)."""
     target = target if target is not None else target_schedule.host_target()
     # Some of TVM's legalizations (and shapefn's) depend on the target: they
-    # read it from the context.
-    with target:
+    # read it from the context. The kernels legalization makes from TE take
+    # their size parameters in a deterministic order (te_params).
+    with target, te_params.in_order():
         return _passes(target_schedule.is_gpu(target))(mod)
 
 

@@ -10,16 +10,25 @@ it the kernel cache's keys (``kernel_cache.py``), the kernels
 ``LegalizeOps`` merges as equal, their names, and the OpenCL source PoCL
 caches: a warm compile rebuilt kernels and an OpenCL one its whole library.
 
-``install()`` wraps the function where TVM's modules call it: the scalar
-parameters are put in the order they first occur in the buffers' shapes,
-then in the body, and the call's trailing size arguments follow them.
+Inside ``in_order()`` the scalar parameters are put in the order they
+first occur in the buffers' shapes, then in the body, and the call's
+trailing size arguments follow them. shapefn's compiles run inside it
+(``shapefn.compile``, its passes, ``shapefn.relax.pipeline``, the ONNX
+importer); TVM used without shapefn keeps TVM's order.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
+import threading
 
 import tvm
 from tvm.ir import Var
+
+# The TVM modules that call ``gen_call_tir_inputs`` by a name of their own
+# (``from .utils import gen_call_tir_inputs``): each binding is replaced.
+_CALLERS = ("tvm.relax.utils", "tvm.relax.block_builder", "tvm.relax.transform.legalize_ops.manipulate")
 
 
 def canonical(tir_func: tvm.tirx.PrimFunc, call_args: list) -> tuple[tvm.tirx.PrimFunc, list]:
@@ -60,20 +69,67 @@ def _first_occurrence(func: tvm.tirx.PrimFunc) -> dict[Var, int]:
     return rank
 
 
-def _deterministic(gen_call_tir_inputs):
+# TVM's function is replaced only while some thread is inside ``in_order``:
+# a module attribute is seen by every thread, so the wrapper reorders only
+# for the threads inside (``_inside.depth``) and passes other threads'
+# calls straight through; the last thread out puts TVM's function back.
+_lock = threading.Lock()
+_inside = threading.local()
+_threads_inside = 0
+_installed: dict[str, tuple] = {}  # module name -> (TVM's function, the wrapper)
+
+
+@contextlib.contextmanager
+def in_order():
+    """Within: the kernels TVM makes from TE computations in this thread
+    (``call_te``, ``emit_te``, legalizations) take their size parameters in
+    order of first occurrence. Re-entrant; usable as a decorator. TVM's
+    ``gen_call_tir_inputs`` is back in its modules once no thread is inside."""
+    depth = getattr(_inside, "depth", 0)
+    if depth == 0:
+        _enter()
+    _inside.depth = depth + 1
+    try:
+        yield
+    finally:
+        _inside.depth = depth
+        if depth == 0:
+            _leave()
+
+
+def _enter() -> None:
+    global _threads_inside
+    with _lock:
+        if _threads_inside == 0:
+            for name in _CALLERS:
+                module = importlib.import_module(name)
+                original = module.gen_call_tir_inputs
+                wrapper = _in_order_inside(original)
+                module.gen_call_tir_inputs = wrapper
+                _installed[name] = (original, wrapper)
+        _threads_inside += 1
+
+
+def _leave() -> None:
+    global _threads_inside
+    with _lock:
+        _threads_inside -= 1
+        if _threads_inside:
+            return
+        for name, (original, wrapper) in _installed.items():
+            module = importlib.import_module(name)
+            # (a binding someone replaced since is theirs to restore)
+            if module.gen_call_tir_inputs is wrapper:
+                module.gen_call_tir_inputs = original
+        _installed.clear()
+
+
+def _in_order_inside(gen_call_tir_inputs):
     @functools.wraps(gen_call_tir_inputs)
     def wrapper(*args, **kwargs):
+        if not getattr(_inside, "depth", 0):
+            return gen_call_tir_inputs(*args, **kwargs)
         tir_func, call_args, output_ty = gen_call_tir_inputs(*args, **kwargs)
         tir_func, call_args = canonical(tir_func, list(call_args))
         return tir_func, call_args, output_ty
-    wrapper.shapefn_deterministic = True
     return wrapper
-
-
-def install() -> None:
-    """Wraps ``gen_call_tir_inputs`` in the TVM modules that call it (once)."""
-    from tvm.relax import block_builder, utils
-    from tvm.relax.transform.legalize_ops import manipulate
-    for module in (utils, block_builder, manipulate):
-        if not getattr(module.gen_call_tir_inputs, "shapefn_deterministic", False):
-            module.gen_call_tir_inputs = _deterministic(module.gen_call_tir_inputs)

@@ -13,9 +13,11 @@ their counts alone, the independent counts of a phase in one sync
 (``schedule_reads``). Everything else goes through TVM's default pipeline
 for the target, unchanged.
 
-A GPU module from ``tvm.compile`` runs in the process that compiled it when
-shapefn's runtime for its device is loaded (OpenCL: ``import shapefn``); see
-``runnable``.
+TVM's wheel has no OpenCL runtime: an OpenCL module from ``tvm.compile``
+runs once ``runnable`` has handed its device code to shapefn's (or after a
+save and a load, which goes through shapefn's loader).
+
+    ex = shapefn.relax.runnable(tvm.compile(mod, target="opencl", relax_pipeline=shapefn.relax.pipeline("opencl")))
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import tvm_ffi
 from tvm import relax, s_tir, tirx
 from tvm.relax.pipeline import BackendDispatcher
 
-from ..compiler import target_schedule
+from ..compiler import target_schedule, te_params
 from ..compiler.fusion_repairs import deduplicated_kernels
 from ..compiler.legalize import legalize_map
 from ..compiler.lower_dynamic import lower_dynamic_ops
@@ -35,7 +37,7 @@ from ..compiler.shape_calls import SHAPE_FUNC, VIEW
 from .host_shapes import PlaceShapeArithmeticOnHost, StorageInScope, StorageOnItsDevice
 from .schedule_reads import ScheduleCountReads
 
-__all__ = ["pipeline", "DeduplicateKernels", "ExportKernelsUnderTheirNames", "LowerDataDependentOps",
+__all__ = ["pipeline", "runnable", "DeduplicateKernels", "ExportKernelsUnderTheirNames", "LowerDataDependentOps",
            "PlaceShapeArithmeticOnHost", "ScheduleCountReads", "ScheduleShapefnKernels", "WithoutSizeLimits"]
 
 SHAPE_FUNC_PER_OP = "shapefn.shape_func_per_op"
@@ -72,10 +74,35 @@ def pipeline(target, dependence: str = "per-input") -> tvm.transform.Pass:
 
     @tvm.transform.module_pass(opt_level=0, name="shapefn.relax.pipeline")
     def run(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        with target:  # (legalizations and schedules read it)
+        # (legalizations and schedules read the target; te_params: kernels
+        # made from TE take their sizes in the same order in every process)
+        with target, te_params.in_order():
             return tvm.transform.Sequential(passes)(mod)
 
     return run
+
+
+def runnable(executable):
+    """``executable`` (what ``tvm.compile`` returns) with each OpenCL module
+    it imports replaced by the same kernels loaded by shapefn's OpenCL
+    runtime, so that it runs in this process: the module TVM's code
+    generator makes cannot launch a kernel. Changes ``executable`` in place
+    (before a VM is made from it) and returns it."""
+    _load_opencl_imports(executable.mod if isinstance(executable, relax.VMExecutable) else executable,
+                         tvm_ffi.get_global_func("shapefn.opencl.runnable_module"))
+    return executable
+
+
+def _load_opencl_imports(module, load) -> None:
+    imports = list(module.imports)
+    for imported in imports:
+        _load_opencl_imports(imported, load)
+    loaded = [load(m) if m.kind == "opencl" else m for m in imports]
+    if all(new.same_as(old) for new, old in zip(loaded, imports)):
+        return
+    module.clear_imports()
+    for imported in loaded:
+        module.import_module(imported)
 
 
 @tvm.transform.module_pass(opt_level=0, name="shapefn.RewriteDataflowReshape")

@@ -17,7 +17,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -299,40 +298,29 @@ tvm::ffi::Module LoadOrFail(const tvm::ffi::Bytes& bytes) {
   TVM_FFI_UNREACHABLE();
 }
 
-// TVM's wheel has no OpenCL runtime: the module its code generator returns
-// (`target.build.opencl`) cannot launch a kernel, and `tvm.compile`'s result
-// runs only after a save and a load. Wrapping the code generator hands the
-// module it makes to this runtime at once, exactly as a load would (the same
-// bytes), so `tvm.compile(..., target="opencl")` runs in the process that
-// compiled it, and still saves as TVM's would.
-void WrapOpenCLCodeGenerator() {
-  std::optional<tvm::ffi::Function> generate = tvm::ffi::Function::GetGlobal("target.build.opencl");
-  if (!generate.has_value()) return;  // TVM's compiler is not loaded: nothing builds OpenCL here
-  tvm::ffi::Function original = *generate;
-  tvm::ffi::Function::SetGlobal(
-      "target.build.opencl", tvm::ffi::Function::FromPacked([original](tvm::ffi::PackedArgs args, tvm::ffi::Any* rv) {
-        tvm::ffi::Any built;
-        original.CallPacked(args, &built);
-        auto module = built.try_cast<tvm::ffi::Module>();
-        if (!module.has_value() || dynamic_cast<const OpenCLModule*>(module->get()) != nullptr ||
-            std::string((*module)->kind()) != "opencl") {
-          *rv = built;
-          return;
-        }
-        *rv = LoadOrFail((*module)->SaveToBytes());
-      }),
-      /*can_override=*/true);
-}
-
 }  // namespace
 
 // Replaces any loader registered before: kernels must launch through this
 // runtime, which owns the device addresses their arguments carry.
+//
+// TVM's wheel has no OpenCL runtime: the module its code generator returns
+// (`target.build.opencl`) cannot launch a kernel, and `tvm.compile`'s result
+// runs only after a save and a load. `shapefn.opencl.runnable_module` is
+// that load without the save: the module as this runtime runs it, from the
+// bytes a save would write (`shapefn.relax.runnable`). The code generator
+// itself is left as TVM registered it.
 void RegisterOpenCLModuleLoader() {
   tvm::ffi::Function::SetGlobal("ffi.Module.load_from_bytes.opencl",
                                 tvm::ffi::Function::FromTyped([](tvm::ffi::Bytes bytes) { return LoadOrFail(bytes); }),
                                 /*can_override=*/true);
-  WrapOpenCLCodeGenerator();
+  tvm::ffi::Function::SetGlobal(
+      "shapefn.opencl.runnable_module", tvm::ffi::Function::FromTyped([](tvm::ffi::Module built) {
+        if (std::string(built->kind()) != "opencl") {
+          TVM_FFI_THROW(ValueError) << "expected an OpenCL device module, got one of kind '" << built->kind() << "'";
+        }
+        if (dynamic_cast<const OpenCLModule*>(built.get()) != nullptr) return built;
+        return LoadOrFail(built->SaveToBytes());
+      }));
 }
 
 }  // namespace shapefn::opencl
