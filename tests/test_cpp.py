@@ -1,14 +1,16 @@
 """Runs the C++ unit tests (csrc/tests, GoogleTest): the verifier, the
-registry, the built-in shape functions and the profiler's placement of
-device times. ``shapefn_cpp_tests`` is built and installed beside shapefn's
-extension modules when GoogleTest is found at build time; each of its
-failing tests fails here by name."""
+interpreter per instruction family, the executable file, the memory pool,
+the OpenCL runtime's address map, the registry, the built-in shape functions
+and the profiler's placement of device times. ``shapefn_cpp_tests`` is built
+and installed beside shapefn's extension modules when GoogleTest is found at
+build time; each of its failing tests fails here by name."""
 import os
 import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
 
+from conftest import opencl
 from shapefn import _core
 
 BINARY = os.path.join(os.path.dirname(_core.__file__), "shapefn_cpp_tests")
@@ -33,8 +35,13 @@ def test_cpp_unit_tests_pass(report):
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+# OpenCLAddressMap needs an OpenCL device (it skips without one, as the
+# opencl marker makes this check do).
 @pytest.mark.parametrize("suite", ["Verifier", "Registry", "StridedSlice", "Reshape", "TopK", "Broadcast",
-                                   "BroadcastTo", "Tile", "Full", "Arange"])
+                                   "BroadcastTo", "Tile", "Full", "Arange", "InterpreterMoves", "InterpreterShapes",
+                                   "InterpreterAlloc", "InterpreterKernels", "InterpreterShapeFuncs",
+                                   "InterpreterReadback", "InterpreterControl", "ExecutableIO", "MemoryPool",
+                                   pytest.param("OpenCLAddressMap", marks=opencl)])
 def test_cpp_suite_ran(report, suite):
     _, root = report
     ran = [case for case in root.iter("testcase") if case.get("classname") == suite and case.get("result") != "skipped"]

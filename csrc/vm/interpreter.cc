@@ -59,11 +59,13 @@ int64_t DimAt(const Instruction& ins, const ShapeVec& shape, int64_t index) {
 
 int64_t FloorDiv(int64_t a, int64_t b) {
   if (b == 0) Fail(ErrorKind::kValue, "floordiv by zero in shape arithmetic");
+  if (b == -1 && a == INT64_MIN) Fail(ErrorKind::kValue, "floordiv overflows int64 in shape arithmetic");
   int64_t q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 int64_t FloorMod(int64_t a, int64_t b) {
   if (b == 0) Fail(ErrorKind::kValue, "floormod by zero in shape arithmetic");
+  if (b == -1) return 0;  // (C++'s % traps on INT64_MIN % -1)
   int64_t r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }

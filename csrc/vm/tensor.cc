@@ -18,7 +18,8 @@ size_t MemoryPool::SizeClass(size_t n) {
   const int log2_ceil = 64 - __builtin_clzll(n - 1);  // the octave (p/2, p], p = 2^log2_ceil
   const size_t half = size_t{1} << (log2_ceil - 1);
   const int step_log2 = log2_ceil - 3;  // 4 classes per octave: steps of p/8
-  return half + ((((n - half - 1) >> step_log2) + 1) << step_log2);
+  const size_t rounded = half + ((((n - half - 1) >> step_log2) + 1) << step_log2);
+  return rounded < n ? n : rounded;  // (the top octave's last classes wrap past SIZE_MAX)
 }
 
 MemoryPool::~MemoryPool() {
