@@ -25,7 +25,8 @@ from ..compiler.placement import key
 from ..compiler.sources import name_after_sources
 from ..errors import InvalidOnnxModel, UnsupportedOnnxOp
 from . import onnx_converters, onnx_layers, onnx_losses, onnx_math, onnx_reduce, onnx_resize, onnx_sequences  # noqa: F401  (they register their converters)
-from .onnx_functions import all_nodes, expand_functions, expandable, fold_constant_sizes, opset_of
+from .onnx_checks import DEFAULT_DOMAINS, check_nodes, check_operators, check_shapes, for_checker, node_label
+from .onnx_functions import expand_functions, expandable, fold_constant_sizes, opset_of
 from .onnx_loop import convert_loop
 
 # How TVM's importer keeps shape values: ``Shape`` outputs as shapes
@@ -54,14 +55,6 @@ _IMPORTER_OPS = {"If", "Loop", "Constant"}
 # optional statistics too).
 _SEQUENCE_OPS = {"Optional", "OptionalGetElement", "SequenceConstruct", "SequenceEmpty", "SequenceErase",
                  "SequenceInsert", "ConcatFromSequence", "SplitToSequence"}
-_DEFAULT_DOMAINS = ("", "ai.onnx")
-# onnxruntime's contrib operators (domain com.microsoft) that TVM's converters
-# implement; TVM's importer dispatches on the operator's name alone.
-_MICROSOFT_DOMAIN = "com.microsoft"
-_MICROSOFT_OPS = {"Attention", "BiasGelu", "EmbedLayerNormalization", "FastGelu", "Gelu", "MatMulInteger16",
-                  "SkipLayerNormalization"}
-# The domain nodes the checker has no schema for are moved to, on its copy.
-_UNCHECKED_DOMAIN = "shapefn.unchecked"
 
 
 class _Importer(tvm_onnx.ONNXGraphImporter):
@@ -176,7 +169,7 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
                 raise InvalidOnnxModel(f"{_described(node)} cannot be imported: the ONNX model fails ONNX's type "
                                        f"inference: {invalid}") from err
             raise UnsupportedOnnxOp(f"{_described(node)} cannot be imported: {_first_line(err)}",
-                                    {op_name: [_node_label(node)]}) from err
+                                    {op_name: [node_label(node)]}) from err
         if op_name == "Squeeze" and not _static_squeeze(node, inputs, attr):
             raise ValueError(f"{_described(node)}: Squeeze without axes needs every size of its input known "
                              f"(the input is {inputs[0].ty}); give the axes")
@@ -187,7 +180,7 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
         model (None if nothing), computed once."""
         if not hasattr(self, "_type_check"):
             try:
-                onnx.shape_inference.infer_shapes(_for_checker(self._model, shape_unshaped=False), check_type=True,
+                onnx.shape_inference.infer_shapes(for_checker(self._model, shape_unshaped=False), check_type=True,
                                                   strict_mode=True)
                 self._type_check = None
             except onnx.shape_inference.InferenceError as err:
@@ -238,7 +231,7 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
         as numbers (None for the others), for the values of the main graph."""
         if not hasattr(self, "_sizes"):
             self._sizes = {}
-            inferred = onnx.shape_inference.infer_shapes(_for_checker(self._model, shape_unshaped=False))
+            inferred = onnx.shape_inference.infer_shapes(for_checker(self._model, shape_unshaped=False))
             for value in inferred.graph.value_info:
                 if value.type.HasField("tensor_type") and value.type.tensor_type.HasField("shape"):
                     self._sizes[value.name] = tuple(d.dim_value if d.HasField("dim_value") else None
@@ -480,110 +473,9 @@ def _converter_inputs(bb: relax.BlockBuilder, inputs, takes_shapes: bool, scalar
     return out
 
 
-def _node_label(node) -> str:
-    if node.name:
-        return repr(node.name)
-    return f"(unnamed, output {node.output[0]!r})" if node.output else "(unnamed)"
-
-
-def _check_operators(model: onnx.ModelProto, supported: set[str], where: str = "") -> None:
-    unsupported: dict[str, list[str]] = {}
-    for node in all_nodes(model.graph):
-        if node.domain in _DEFAULT_DOMAINS and node.op_type in supported:
-            continue
-        if node.domain == _MICROSOFT_DOMAIN and node.op_type in _MICROSOFT_OPS:
-            continue
-        op = node.op_type if node.domain in _DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
-        unsupported.setdefault(op, []).append(_node_label(node))
-    initialized = {i.name for i in model.graph.initializer}
-    for value in model.graph.input:
-        kind = value.type.WhichOneof("value")
-        if kind == "optional_type" and value.type.optional_type.elem_type.WhichOneof("value") == "tensor_type":
-            continue  # (an optional tensor is a tensor, or absent)
-        if value.name not in initialized and kind in ("sequence_type", "optional_type", "map_type"):
-            raise UnsupportedOnnxOp(f"graph input '{value.name}' is a {kind.split('_')[0]}: shapefn takes tensors "
-                                    "as inputs (sequences made inside the model are supported)")
-    if unsupported:
-        listing = "; ".join(f"{op} (node{'s' if len(nodes) > 1 else ''} {', '.join(nodes)})"
-                            for op, nodes in sorted(unsupported.items()))
-        raise UnsupportedOnnxOp(f"ONNX operators not supported{where}: {listing}", unsupported)
-
-
-def _check_nodes(model: onnx.ModelProto) -> None:
-    try:
-        onnx.checker.check_model(_for_checker(model))
-    except onnx.checker.ValidationError as err:
-        raise InvalidOnnxModel(f"the ONNX model is malformed: {err}") from None
-
-
-def _check_shapes(model: onnx.ModelProto) -> None:
-    """What onnxruntime checks when it loads a model: each node's
-    attributes and static shapes against its operator's inference
-    (negative pads, a split larger than its axis, a convolution window
-    larger than its input), which TVM would otherwise find only while
-    compiling, naming no node. (Input types are _check_types', whose
-    messages name the input.)"""
-    try:
-        _infer_shapes(model)
-    except onnx.shape_inference.InferenceError as err:
-        # ONNX's inference of some function bodies fails where that of
-        # their expansion passes (MeanVarianceNormalization's default axes).
-        try:
-            _infer_shapes(expand_functions(model, set(), _DEFAULT_DOMAINS))
-        except onnx.shape_inference.InferenceError:
-            raise InvalidOnnxModel(f"the ONNX model fails ONNX's shape inference: {err}") from None
-
-
-def _infer_shapes(model: onnx.ModelProto) -> None:
-    onnx.shape_inference.infer_shapes(_for_checker(model, shape_unshaped=False), check_type=False, strict_mode=True)
-
-
 def _converted() -> set[str]:
     """The operators shapefn's importer converts (TVM's converters and shapefn's)."""
     return set(tvm_onnx._get_convert_map()) | set(onnx_converters.CONVERTERS) | _IMPORTER_OPS
-
-
-def _for_checker(model: onnx.ModelProto, shape_unshaped: bool = True) -> onnx.ModelProto:
-    """``model`` as onnx.checker should see it, on a copy when it differs:
-
-    * the checker requires a shape on every graph input and output; TVM's
-      importer (and so shapefn) takes ones of unknown rank, so those get an
-      empty shape that nothing reads (with ``shape_unshaped``: shape
-      inference would read it as rank 0);
-    * nodes it has no current schema for although they are imported (and
-      run by onnxruntime) — Microsoft contrib operators, operators the
-      model's opset predates (LayerNormalization before opset 17, which
-      onnxruntime registers as a contrib operator) or deprecates
-      (GroupNormalization-18) — move to a domain of their own, whose nodes
-      it does not check (it still checks how the graph uses them)."""
-    opset = opset_of(model, _DEFAULT_DOMAINS)
-
-    def unchecked(node):
-        if node.domain == _MICROSOFT_DOMAIN:
-            return True
-        if node.domain not in _DEFAULT_DOMAINS:
-            return False
-        return not onnx.defs.has(node.op_type, opset, "") or onnx.defs.get_schema(node.op_type, opset, "").deprecated
-
-    def unshaped(values):
-        if not shape_unshaped:
-            return []
-        return [v for v in values if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape")]
-
-    if not unshaped([*model.graph.input, *model.graph.output]) and not any(map(unchecked, all_nodes(model.graph))):
-        return model
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    for value in unshaped([*copy.graph.input, *copy.graph.output]):
-        value.type.tensor_type.shape.SetInParent()
-    moved = False
-    for node in all_nodes(copy.graph):
-        if unchecked(node):
-            node.domain = _UNCHECKED_DOMAIN
-            moved = True
-    if moved:
-        copy.opset_import.append(onnx.helper.make_opsetid(_UNCHECKED_DOMAIN, 1))
-    return copy
 
 
 # (TVM's converters make kernels from TE: their sizes in a deterministic order)
@@ -606,14 +498,15 @@ def from_onnx(model, shape_dict: dict | None = None) -> tvm.IRModule:
         raise TypeError(f"from_onnx takes an onnx.ModelProto or a path, got {type(model).__name__}")
     # Before anything is converted: operators shapefn cannot import (every
     # one, subgraphs included), nodes as written, then what ONNX infers.
-    defined = expandable(model, _converted(), _DEFAULT_DOMAINS)
-    _check_operators(model, _converted() | defined)
-    _check_nodes(model)
+    converted = _converted()
+    defined = expandable(model, converted, DEFAULT_DOMAINS)
+    check_operators(model, converted | defined)
+    check_nodes(model)
     if defined:
-        model = fold_constant_sizes(expand_functions(model, _converted(), _DEFAULT_DOMAINS))
-        _check_operators(model, _converted(), f" in ONNX's definition of {', '.join(sorted(defined))}")
-    _check_shapes(model)
-    opset = opset_of(model, _DEFAULT_DOMAINS)
+        model = fold_constant_sizes(expand_functions(model, converted, DEFAULT_DOMAINS))
+        check_operators(model, converted, f" in ONNX's definition of {', '.join(sorted(defined))}")
+    check_shapes(model)
+    opset = opset_of(model, DEFAULT_DOMAINS)
     importer = _Importer(shape_dict, "float32", keep_params_in_input=False, sanitize=True)
     importer._model = model
     mod = importer.from_onnx(model.graph, opset)
