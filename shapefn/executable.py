@@ -63,7 +63,16 @@ class Executable:
 
     @property
     def shape_funcs(self) -> list[str]:
+        """The ops whose shape functions the program calls."""
         return list(self._core.shape_funcs)
+
+    @property
+    def shape_func_masks(self) -> dict[str, list[bool]]:
+        """Per op the program calls a shape function of, the data-dependence
+        mask it was compiled under: the inputs whose values it copies for
+        that shape function. A VM refuses the executable in a process that
+        registers another mask for an op the executable does not carry."""
+        return dict(self._core.shape_func_masks)
 
     @property
     def carried_shape_funcs(self) -> list[dict]:

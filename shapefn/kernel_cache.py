@@ -53,7 +53,7 @@ import tvm
 import tvm_ffi
 from tvm.support import cc
 
-from . import config, cuda_fatbin
+from . import config, cuda_fatbin, libraries
 from .progress import QUIET, Progress
 
 _DIGEST_BYTES = hashlib.sha256().digest_size
@@ -182,30 +182,16 @@ def _build(mod: tvm.IRModule, target, schedule_version: str, directory: Path,
     return library, path
 
 
-# Every library this process loaded from the cache, with its file: a loaded
-# library cannot be exported again, so saving an executable copies the file.
-_loaded: list[tuple[object, Path]] = []
-_loaded_lock = threading.Lock()
-
-
-def file_of(library) -> Path | None:
-    """The cache file ``library`` was loaded from, or None if it was not."""
-    with _loaded_lock:
-        return next((path for loaded, path in _loaded if loaded.same_as(library)), None)
-
-
 def _load_library(path: Path, funcs) -> object | None:
     """The library at ``path`` if it loads and has every function, else None."""
     if not path.exists():
         return None
     try:
-        library = tvm.runtime.load_module(str(path))
+        library = libraries.load(path)
     except Exception:  # noqa: BLE001 - an unreadable entry is rebuilt and replaced
         return None
     if not all(library.implements_function(name, query_imports=True) for name in funcs):
         return None
-    with _loaded_lock:
-        _loaded.append((library, path))
     return library
 
 

@@ -14,9 +14,9 @@ from . import _core, config, te_shape_func
 
 MaskLike = bool | Sequence[bool]
 
-# The function and mask of each registry entry written in Python, by
-# canonical name, for the compiler to build into executables.
-_python_shape_funcs: dict[str, tuple[Callable, tuple[bool, ...]]] = {}
+# The function of each registry entry written in Python, by canonical name,
+# for the compiler to build into executables (its mask is the registry's).
+_python_shape_funcs: dict[str, Callable] = {}
 
 
 def register_shape_func(
@@ -43,31 +43,24 @@ def register_shape_func(
         raise TypeError("op_name must be a non-empty string")
     if not isinstance(level, int) or isinstance(level, bool):
         raise TypeError(f"level must be an int, got {type(level).__name__}")
-    mask = _core.check_mask(data_dependent)
+    _core.resolve_mask(op_name, data_dependent)  # (refuses a bad mask before the decorator runs)
 
     def register(func: Callable) -> Callable:
         if not callable(func):
             raise TypeError(f"shape_func must be callable, got {type(func).__name__}")
         arity = _arity(func)
-        full_mask = mask * arity if len(mask) == 1 and arity is not None else mask
-        if arity is not None and len(full_mask) != arity:
-            raise ValueError(
-                f"register_shape_func: the shape function of '{op_name}' takes {arity} inputs "
-                f"but the mask has {len(full_mask)}")
-        known = _known_arity(op_name)
-        if known is not None and len(full_mask) != known:
-            raise ValueError(
-                f"register_shape_func: '{op_name}' takes {known} inputs but the mask has {len(full_mask)}")
-        te_shape_func.verify_at_registration(op_name, func, full_mask)
+        mask = _core.resolve_mask(op_name, data_dependent, -1 if arity is None else arity)
+        te_shape_func.verify_at_registration(op_name, func, mask)
 
         def compile_for(signature: str):
+            mask_now = data_dependence(op_name)  # (a mask registered later at a higher level)
             fn, out_ndims = te_shape_func.compile_shape_func(
-                op_name, func, full_mask, signature, cache_dir=config.cache_dir())
+                op_name, func, mask_now, signature, cache_dir=config.cache_dir())
             return [fn, *out_ndims]
 
-        if _core.register(op_name, list(full_mask), level, override, len(full_mask),
+        if _core.register(op_name, mask, level, override, -1 if arity is None else arity,
                           tvm_ffi.convert(compile_for)):
-            _python_shape_funcs[_core.entry_info(op_name)["name"]] = (func, tuple(full_mask))
+            _python_shape_funcs[_core.entry_info(op_name)["name"]] = func
         return func
 
     if shape_func is not None:
@@ -86,14 +79,6 @@ def _arity(func: Callable) -> int | None:
     return sum(1 for p in params if p.kind in kinds)
 
 
-def _known_arity(op_name: str) -> int | None:
-    try:
-        arity = _core.entry_info(op_name)["arity"]
-    except KeyError:
-        return None
-    return arity if arity >= 0 else None
-
-
 def python_shape_func(op_name: str) -> tuple[Callable, tuple[bool, ...]] | None:
     """The function and mask registered for ``op_name`` when its registry
     entry is a shape function written in Python; else None."""
@@ -101,7 +86,8 @@ def python_shape_func(op_name: str) -> tuple[Callable, tuple[bool, ...]] | None:
         info = _core.entry_info(op_name)
     except KeyError:
         return None
-    return _python_shape_funcs.get(info["name"]) if info["kind"] == "python" else None
+    func = _python_shape_funcs.get(info["name"]) if info["kind"] == "python" else None
+    return None if func is None else (func, tuple(info["mask"]))
 
 
 def data_dependence(op_name: str) -> list[bool]:

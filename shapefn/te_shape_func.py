@@ -36,7 +36,7 @@ import tvm
 import tvm_ffi
 from tvm import te, tirx
 
-from . import config, kernel_cache
+from . import _core, config, kernel_cache
 from .compiler import target_schedule
 from .errors import DataDependenceError, OverDeclaredWarning
 
@@ -108,15 +108,9 @@ def _normalize_signature(signature: SignatureLike) -> tuple[str, Signature]:
 
 
 def _normalize_mask(mask: MaskLike, num_inputs: int, op_name: str) -> tuple[bool, ...]:
-    if isinstance(mask, bool):
-        return (mask,) * num_inputs
-    normalized = tuple(bool(flag) for flag in mask)
-    if len(normalized) != num_inputs:
-        raise ValueError(
-            f"shape function of {op_name!r}: mask has {len(normalized)} entries "
-            f"but the signature has {num_inputs} inputs"
-        )
-    return normalized
+    """``mask`` for ``num_inputs`` inputs, validated by the registry (the
+    one place masks are checked)."""
+    return tuple(_core.resolve_mask(op_name, mask, num_inputs))
 
 
 # ---------------------------------------------------------------------------

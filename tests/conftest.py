@@ -13,7 +13,7 @@ from tvm import relax
 from tvm.script import relax as R
 
 import shapefn
-from shapefn import kernels
+from shapefn.compiler import hand_built as kernels
 
 # A test marked `opencl` runs on a real OpenCL device (PoCL in CI). Without
 # one it skips, naming what to install -- or fails, with --require-opencl
@@ -91,6 +91,10 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "opencl: runs on a real OpenCL device (skips without one)")
     config.addinivalue_line(
         "markers", "model: a whole model, minutes in TVM's compiler (left out of the sanitized run)")
+    config.addinivalue_line(
+        "markers", "tvm_compile: its subject is what TVM compiles (kernels, schedules, libraries, the CLI's "
+                   "compiles, the docs' examples); left out of the sanitized run, whose preloaded allocator "
+                   "slows TVM's compiler several times over")
 
 
 def pytest_runtest_setup(item):

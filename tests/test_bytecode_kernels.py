@@ -7,7 +7,8 @@ import pytest
 import tvm_ffi
 from bytecode import OPCODES, from_words, lines, program, run
 
-from shapefn import ExecutableFormatError, kernels
+from shapefn import ExecutableFormatError
+from shapefn.compiler import hand_built as kernels
 
 
 @pytest.fixture(scope="module")

@@ -122,6 +122,31 @@ def test_the_mask_it_was_compiled_under_governs():
     assert vm.counters["d2h_bytes"] == 8  # x itself is not read back, as the new mask would have it
 
 
+def test_an_executable_records_every_mask_and_refuses_another_registered_one(tmp_path):
+    """The masks of built-ins are recorded too: a process that registers
+    another mask for one (which would copy other inputs than the program
+    does) gets an error naming both masks when it makes a VM."""
+    exe = shapefn.compile(rows_module("dyn.reshape"), "sim")
+    assert exe.shape_func_masks == {"dyn.reshape": [False, True]}
+    path = tmp_path / "reshape.sfx"
+    exe.save(path)
+    assert shapefn.Executable.load(path).shape_func_masks == {"dyn.reshape": [False, True]}
+    proc = in_fresh_process(f"""
+        import shapefn
+        shapefn.register_shape_func("dyn.reshape", [True, True], level=20,
+                                    shape_func=lambda x, k: [k[0] + x[0] * 0, x.shape[0] // k[0]])
+        exe = shapefn.Executable.load({str(path)!r})
+        try:
+            shapefn.VirtualMachine(exe, "sim")
+        except ValueError as e:
+            print(e)
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (
+        "the executable was compiled with data-dependence mask [False, True] for 'dyn.reshape', but this "
+        "process registers [True, True]: compile it again, or register the mask it was compiled with")
+
+
 def other_rank_program(exe):
     """A hand-built program calling ``OP`` on a rank-2 ``x``, carrying only
     the build ``exe`` carries (for a rank-1 ``x``), from ``exe``'s library."""

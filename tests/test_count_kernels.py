@@ -7,8 +7,8 @@ import pytest
 import tvm
 from onnx import helper
 
+from shapefn.compiler.hand_built import build
 from shapefn.compiler.kernels import count as count_kernels
-from shapefn.kernels import build
 
 
 def run_onnx(op, inputs, num_outputs=1, opset=13, **attrs):

@@ -11,10 +11,10 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
+from shapefn.compiler.hand_built import build
 from shapefn.compiler.kernels import dynamic as dyn_kernels
 from shapefn.compiler.kernels import resize
 from shapefn.compiler.legalize import legalize_broadcast_to, legalize_resize2d
-from shapefn.kernels import build
 
 
 def run_onnx(op, inputs, num_outputs=1, **attrs):

@@ -37,9 +37,9 @@ def test_bindings_raise_through_the_table():
     with pytest.raises(ExecutableFormatError):
         _core.Executable.deserialize(b"not an executable")
     with pytest.raises(TypeError, match=r"data_dependent must be a bool or a list of bools"):
-        _core.check_mask("yes")
+        _core.resolve_mask("test.errors.mask", "yes")
     with pytest.raises(ValueError, match=r"data_dependent must not be empty"):
-        _core.check_mask([])
+        _core.resolve_mask("test.errors.mask", [])
     with pytest.raises(KeyError):
         _core._raise_error("no such kind", "")
 

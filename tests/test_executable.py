@@ -25,7 +25,8 @@ from test_compile import mlp
 
 import shapefn
 from conftest import DEVICES, device_target, opencl
-from shapefn import ExecutableFormatError, Param, ProgramBuilder, _core, kernels
+from shapefn import ExecutableFormatError, Param, ProgramBuilder, _core
+from shapefn.compiler import hand_built as kernels
 
 # File header: magic[8], version u32, payload size u64, checksum u64.
 HEADER_SIZE = 28
@@ -565,7 +566,10 @@ REJECTIONS = {
     "parameter on an unknown device": (code(*RET, params=[dict(X_PARAM, device=-2)]),
                                        "parameter 'x' has an invalid device"),
     "empty kernel name": (program_with(kernel_names=[""]), "kernel name is empty or not UTF-8"),
-    "empty shape function name": (program_with(shape_funcs=[""]), "shape function name is empty or not UTF-8"),
+    "empty shape function name": (program_with(shape_funcs=[("", [False])]),
+                                  "shape function name is empty or not UTF-8"),
+    "empty shape function mask": (program_with(shape_funcs=[("shapefn.broadcast", [])]),
+                                  "the mask of shape function 'shapefn.broadcast' has 0 flags"),
     "unknown device code": (program_with(device_code="tpu"), "unknown device code 'tpu'"),
 }
 
@@ -599,7 +603,7 @@ def test_invalid_dtype_in_the_file_is_rejected(field, message):
 # ---------------------------------------------------------------------------
 # 5. Format version.
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 6, 0xFFFFFFFF])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 7, 0xFFFFFFFF])
 def test_other_format_version_is_rejected(blob, version):
     patched = with_header(blob, version=version)
     assert stored_checksum(patched) == stored_checksum(blob)

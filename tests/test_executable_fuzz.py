@@ -226,11 +226,11 @@ def parse(blob: bytes, library_is_free: bool = True) -> Layout:
     tables["s"] = take("I", "count")
     for _ in range(tables["s"]):
         string()
+        for _ in range(take("I", "count")):
+            take("B")  # a mask flag: any byte is a flag
     for _ in range(take("I", "count")):  # carried shape functions
         take("i", "carried")  # shape function index
         take("i", "carried")  # outputs
-        for _ in range(take("I", "count")):
-            take("B")  # a mask flag: any byte is a flag
         for _ in range(take("I", "count")):
             string()  # signature
             take("i", "carried")  # kernel index

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 import shapefn
-from shapefn import Param, ProgramBuilder, kernels
+from shapefn import Param, ProgramBuilder
 from shapefn.bench import vm_overhead
+from shapefn.compiler import hand_built as kernels
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""The package's import graph has no cycles.
+"""The package's import graph has no cycles, and its dependencies point one
+way: runtime <- compiler <- frontends <- tools (``LAYERS``).
 
 The graph is read from the source (``ast`` over ``shapefn/**/*.py``), with
 every import statement wherever it stands: at module level, inside a
@@ -118,6 +119,51 @@ def test_graph_sees_function_level_and_relative_imports():
     assert "shapefn.compiler" in graph["shapefn.frontend.onnx_converters"]  # shapefn.compiler.x's __init__
     assert "shapefn.compiler" not in graph["shapefn.compiler.codegen"]  # its own package
     assert "shapefn.kernel_cache" in graph["shapefn.compiler.compile"]  # ``from .. import kernel_cache``
+
+
+# The layers, lowest first: a module may import its own layer and those
+# below it. The runtime loads and runs executables; the compiler turns Relax
+# modules (and shape functions written in Python) into them; frontends turn
+# other formats into Relax modules; tools are the commands and benchmarks.
+LAYERS = {
+    "runtime": ["shapefn._instructions", "shapefn._operands", "shapefn.builder", "shapefn.bundle",
+                "shapefn.config", "shapefn.devices", "shapefn.errors", "shapefn.executable",
+                "shapefn.host_threads", "shapefn.libraries", "shapefn.profiler", "shapefn.progress",
+                "shapefn.vm"],
+    "compiler": ["shapefn.compiler", "shapefn.cuda_fatbin", "shapefn.kernel_cache", "shapefn.ops",
+                 "shapefn.registry", "shapefn.relax", "shapefn.te_shape_func"],
+    "frontend": ["shapefn.frontend", "shapefn.onnx_backend"],
+    "tools": ["shapefn", "shapefn.bench", "shapefn.cli", "shapefn.demo"],
+}
+
+
+def layer_of(module: str) -> int:
+    """The index in ``LAYERS`` of the layer of ``module`` (the longest
+    prefix listed; a package's prefix covers its submodules)."""
+    best = None
+    for index, prefixes in enumerate(LAYERS.values()):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (
+                    best is None or len(prefix) > len(best[1])):
+                best = (index, prefix)
+    assert best is not None, f"{module} is in no layer: add it to LAYERS"
+    return best[0]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    names = list(LAYERS)
+    return sorted(f"{m} ({names[layer_of(m)]}) imports {t} ({names[layer_of(t)]})"
+                  for m, targets in graph.items() for t in targets if layer_of(t) > layer_of(m))
+
+
+def test_every_module_is_in_one_layer_and_imports_only_its_own_or_lower_ones():
+    graph = import_graph()
+    assert upward_imports(graph) == []
+
+
+def test_an_upward_import_is_found():
+    graph = {"shapefn.vm": {"shapefn.compiler.compile"}, "shapefn.compiler.compile": {"shapefn.vm"}}
+    assert upward_imports(graph) == ["shapefn.vm (runtime) imports shapefn.compiler.compile (compiler)"]
 
 
 @pytest.mark.parametrize("graph, cycle", [

@@ -18,7 +18,8 @@ from tvm.s_tir import dlight
 
 import shapefn
 from conftest import opencl
-from shapefn import Param, ProgramBuilder, kernel_cache, kernels
+from shapefn import Param, ProgramBuilder, kernel_cache
+from shapefn.compiler import hand_built as kernels
 
 TARGET = tvm.target.Target("opencl", host="llvm")
 

@@ -17,7 +17,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
-from shapefn.compiler import codegen, placement, schedule
+from shapefn.compiler import codegen, placement, readback_order
 from shapefn.compiler.placement import DEVICE, HOST, ModulePlacement, Placement, all_bindings, key
 
 F32 = "dtype:73730"  # float32 as the disassembler prints a dtype code
@@ -104,7 +104,7 @@ class Loop:
 def listing(mod, places=None, readbacks=None) -> list[str]:
     """The disassembly of ``mod``'s bytecode, one instruction or function header per line."""
     places = places if places is not None else placement.place_module(mod, placement.ON_DEVICE)
-    readbacks = readbacks if readbacks is not None else schedule.schedule_module(mod)
+    readbacks = readbacks if readbacks is not None else readback_order.order_module(mod)
     generated = codegen.generate(mod, places, readbacks)
     return [line.strip() for line in generated.program.build().as_text().splitlines() if line.strip()]
 
@@ -201,7 +201,7 @@ def test_readbacks_batched_as_scheduled():
         "3: shape_build %6, [-1, -2], [%4, %5]",
         "4: ret %6",
     ]
-    one_by_one = schedule.ReadbackSchedule(
+    one_by_one = readback_order.ReadbackOrder(
         {key(block): [[b] for b in block.bindings] for block in TwoReadbacks["main"].body.blocks})
     assert listing(TwoReadbacks, readbacks=one_by_one)[1:3] == [
         "0: readback [%2], [%0], [0]",

@@ -25,13 +25,16 @@ from tvm.script import tirx as T
 import shapefn
 import shapefn.relax
 from conftest import ProfilingExample, opencl, relax_main, run_on_devices, sym
-from shapefn import kernels, ops
-from shapefn.compiler import codegen, cpu_schedule, placement, schedule, target_schedule
+from shapefn import ops
+from shapefn.compiler import codegen, cpu_schedule, placement, readback_order, target_schedule
+from shapefn.compiler import hand_built as kernels
 from shapefn.compiler.compile import lower
 from shapefn.compiler.kernels import concat, scatter
 from shapefn.compiler.kernels import count as count_kernels
 from shapefn.compiler.kernels import dynamic as dyn_kernels
 from shapefn.compiler.lower_dynamic import lower_dynamic_ops
+
+pytestmark = pytest.mark.tvm_compile  # (left out of the sanitized run)
 
 GPU_KINDS = ["cuda", "opencl"]
 
@@ -142,7 +145,8 @@ def host_kernels(mod, kind) -> set[str]:
     target = tvm.target.Target(kind, host="llvm")
     lowered = lower(lower_dynamic_ops(mod, gpu=True), target)
     places = placement.place_module(lowered, placement.ON_DEVICE)
-    return codegen.generate(lowered, places, schedule.schedule_module(lowered), separate_host_kernels=True).host_kernels
+    readbacks = readback_order.order_module(lowered)
+    return codegen.generate(lowered, places, readbacks, separate_host_kernels=True).host_kernels
 
 
 def device_module(exe, kind):

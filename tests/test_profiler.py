@@ -14,6 +14,7 @@ from tvm.script import tirx as T
 import shapefn
 from conftest import DEVICES, device_independent, opencl
 from shapefn import Label, Param, ProgramBuilder
+from shapefn.compiler import hand_built
 
 
 @pytest.fixture(scope="module")
@@ -363,7 +364,8 @@ def test_host_device_has_no_device_track():
     out = fb.alloc_tensor("device", fb.shape_of(x), "float32")
     fb.invoke_kernel(pb.kernel("scale"), [x, fb.load_int(3), out])
     fb.ret(out)
-    vm = shapefn.VirtualMachine(pb.build(library=shapefn.kernels.build({"scale": shapefn.kernels.scale()})), "host")
+    library = hand_built.build({"scale": hand_built.scale()})
+    vm = shapefn.VirtualMachine(pb.build(library=library), "host")
     x = np.arange(5, dtype=np.float32)
     report = vm.profile(x)
     np.testing.assert_array_equal(report.outputs.numpy(), 3 * x)

@@ -18,7 +18,9 @@ from shapefn.builder import Param, ProgramBuilder
 SITE = Path(sysconfig.get_path("platlib"))
 INCLUDE = SITE / "shapefn" / "include"
 
-# Names of csrc/vm's private headers and types.
+CSRC = Path(__file__).resolve().parents[1] / "csrc"
+
+# Names of csrc's private headers and types.
 PRIVATE_HEADERS = ("isa.h", "isa.def", "idle_tensors.h", "vm_impl.h", "verifier.h")
 PRIVATE_NAMES = ("Instruction", "Opcode", "OpInfo", "OperandSpec", "IdleTensors", "ShapeFuncPlan",
                  "ShapeFuncScratch", "CompiledShapeFunc", "decoded", "scratch_", "frame_")
@@ -114,3 +116,21 @@ def test_private_types_are_out_of_reach(tmp_path, use):
     build = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert build.returncode != 0
     assert "error" in build.stderr
+
+
+def test_private_headers_stay_in_their_folder():
+    """The core's sources include public headers (``shapefn/...``), the
+    shared internal ones (``csrc/internal``) and their own folder's, nothing
+    else: a header in another folder is that folder's private business."""
+    crossings = []
+    for source in sorted(CSRC.rglob("*")):
+        if source.suffix not in (".cc", ".h", ".def") or CSRC / "tests" in source.parents:
+            continue
+        for line in source.read_text().splitlines():
+            if not line.startswith('#include "'):
+                continue
+            name = line.split('"')[1]
+            if name.startswith("shapefn/") or (CSRC / "internal" / name).exists() or (source.parent / name).exists():
+                continue
+            crossings.append(f"{source.relative_to(CSRC)}: {name}")
+    assert crossings == []

@@ -23,7 +23,8 @@ from tvm.script import relax as R
 
 import shapefn
 from conftest import DEVICES, device_independent, device_target, opencl
-from shapefn import Param, ProgramBuilder, kernels
+from shapefn import Param, ProgramBuilder
+from shapefn.compiler import hand_built as kernels
 
 REPO = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 120

@@ -13,8 +13,9 @@ import pytest
 
 import shapefn
 from conftest import DEVICES, device_independent, device_target, opencl
-from shapefn import Label, Param, ProgramBuilder, kernels
+from shapefn import Label, Param, ProgramBuilder
 from shapefn.bench import roi_slicing
+from shapefn.compiler import hand_built as kernels
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-#include "device/cpu_features.h"
+#include "cpu_features.h"
 
 #include <algorithm>
 

@@ -7,9 +7,9 @@
 
 #include <string>
 
-#include "device/tvm_timing.h"
 #include "shapefn/device.h"
 #include "shapefn/error.h"
+#include "tvm_timing.h"
 
 namespace shapefn {
 namespace {

@@ -2,7 +2,7 @@
 // A timer is used through its virtual interface only, like the DeviceAPI, so
 // shapefn links no device runtime: the timer comes from a tvm-ffi global
 // function that the device's runtime registers when it is loaded.
-#include "device/tvm_timing.h"
+#include "tvm_timing.h"
 
 #include <tvm/ffi/c_api.h>
 #include <tvm/ffi/function.h>

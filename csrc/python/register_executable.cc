@@ -1,12 +1,15 @@
 // Bindings of Executable: built from the Python builder's parts, saved, loaded.
 #include <pybind11/stl.h>
 
+#include <map>
+
 #include "common.h"
-#include "device/cpu_features.h"
+#include "cpu_features.h"
+#include "isa.h"
 #include "shapefn/executable.h"
 #include "shapefn/kernel_library.h"
+#include "shapefn/registry.h"
 #include "shapefn/tensor.h"
-#include "vm/isa.h"
 
 namespace shapefn::python {
 
@@ -16,12 +19,11 @@ DLDataType DTypeArg(const py::handle& h) { return DTypeFromString(h.cast<std::st
 
 // A carried shape function as Python sees it: {"shape_func": index,
 // "mask": [bool], "num_outputs": n, "builds": [{"signature": str,
-// "kernel": index, "out_ndims": [int]}]}.
+// "kernel": index, "out_ndims": [int]}]} (the mask is its use's).
 CarriedShapeFunc CarriedFromPython(const py::handle& h) {
   py::dict d = h.cast<py::dict>();
   CarriedShapeFunc c;
   c.shape_func = d["shape_func"].cast<int32_t>();
-  c.mask = d["mask"].cast<std::vector<bool>>();
   c.num_outputs = d["num_outputs"].cast<int32_t>();
   for (py::handle b : d["builds"].cast<py::list>()) {
     py::dict bd = b.cast<py::dict>();
@@ -31,7 +33,7 @@ CarriedShapeFunc CarriedFromPython(const py::handle& h) {
   return c;
 }
 
-py::dict CarriedToPython(const CarriedShapeFunc& c) {
+py::dict CarriedToPython(const Executable& e, const CarriedShapeFunc& c) {
   py::list builds;
   for (const CarriedShapeFunc::Build& b : c.builds) {
     py::dict bd;
@@ -42,22 +44,39 @@ py::dict CarriedToPython(const CarriedShapeFunc& c) {
   }
   py::dict d;
   d["shape_func"] = c.shape_func;
-  d["mask"] = c.mask;
+  d["mask"] = e.shape_funcs()[static_cast<size_t>(c.shape_func)].mask;
   d["num_outputs"] = c.num_outputs;
   d["builds"] = builds;
   return d;
 }
 
+// Each of `shape_funcs` is an op's name, or an (op, mask) pair. The mask of
+// a name is its carried function's, else the one this process registers
+// (what the program was compiled under).
 std::shared_ptr<Executable> FromParts(const py::list& functions, const py::list& constants,
-                                      const std::vector<std::string>& kernels,
-                                      const std::vector<std::string>& shape_funcs, const std::string& kernel_library,
-                                      const py::list& carried_shape_funcs,
+                                      const std::vector<std::string>& kernels, const py::list& shape_funcs,
+                                      const std::string& kernel_library, const py::list& carried_shape_funcs,
                                       const std::vector<std::string>& host_cpu_features,
                                       const std::string& device_code) {
   ExecutableParts parts;
   parts.kernels = kernels;
-  parts.shape_funcs = shape_funcs;
-  for (py::handle c : carried_shape_funcs) parts.carried_shape_funcs.push_back(CarriedFromPython(c));
+  std::map<int32_t, std::vector<bool>> carried_masks;
+  for (py::handle c : carried_shape_funcs) {
+    parts.carried_shape_funcs.push_back(CarriedFromPython(c));
+    carried_masks[parts.carried_shape_funcs.back().shape_func] =
+        py::cast<py::dict>(c)["mask"].cast<std::vector<bool>>();
+  }
+  for (size_t i = 0; i < shape_funcs.size(); ++i) {
+    if (!py::isinstance<py::str>(shape_funcs[i])) {
+      py::tuple pair = shape_funcs[i].cast<py::tuple>();
+      parts.shape_funcs.push_back(ShapeFuncUse{pair[0].cast<std::string>(), pair[1].cast<std::vector<bool>>()});
+      continue;
+    }
+    const std::string op = shape_funcs[i].cast<std::string>();
+    auto carried = carried_masks.find(static_cast<int32_t>(i));
+    parts.shape_funcs.push_back(ShapeFuncUse{
+        op, carried != carried_masks.end() ? carried->second : ShapeFuncRegistry::Global().Lookup(op)->mask});
+  }
   parts.kernel_library = kernel_library;
   parts.host_cpu_features = host_cpu_features;
   parts.device_code = device_code;
@@ -179,11 +198,23 @@ void RegisterExecutable(py::module_& m) {
                              })
       .def_property_readonly("host_cpu_features", [](const Executable& e) { return e.host_cpu_features(); })
       .def_property_readonly("device_code", [](const Executable& e) { return e.device_code(); })
-      .def_property_readonly("shape_funcs", [](const Executable& e) { return e.shape_funcs(); })
+      .def_property_readonly("shape_funcs",
+                             [](const Executable& e) {
+                               std::vector<std::string> ops;
+                               for (const ShapeFuncUse& s : e.shape_funcs()) ops.push_back(s.op);
+                               return ops;
+                             })
+      .def_property_readonly("shape_func_masks",
+                             [](const Executable& e) {
+                               py::dict out;
+                               for (const ShapeFuncUse& s : e.shape_funcs()) out[py::str(s.op)] = s.mask;
+                               return out;
+                             })
       .def_property_readonly("carried_shape_funcs",
                              [](const Executable& e) {
                                py::list out;
-                               for (const CarriedShapeFunc& c : e.carried_shape_funcs()) out.append(CarriedToPython(c));
+                               for (const CarriedShapeFunc& c : e.carried_shape_funcs())
+                                 out.append(CarriedToPython(e, c));
                                return out;
                              })
       .def_property(

@@ -120,7 +120,13 @@ void RegisterRegistry(py::module_& m) {
       py::arg("name"), py::arg("mask"), py::arg("level"), py::arg("override"), py::arg("arity") = -1,
       py::arg("compiler") = py::none(),
       "Registers a mask (and optionally a compiler of a Python shape function) for an op.");
-  m.def("check_mask", &CheckMask);
+  m.def(
+      "resolve_mask",
+      [](const std::string& name, const py::object& mask, int arity) {
+        return ShapeFuncRegistry::Global().ResolveMask(name, CheckMask(mask), arity);
+      },
+      py::arg("name"), py::arg("mask"), py::arg("arity") = -1,
+      "The per-input mask `mask` (a bool or a list of bools) stands for, for `name` with `arity` inputs.");
   m.def("entry_info", [](const std::string& name) { return EntryInfo(*ShapeFuncRegistry::Global().Lookup(name)); });
   m.def("registered_ops", [] { return ShapeFuncRegistry::Global().Names(); });
   m.def("eval_shape_func", &EvalShapeFunc, py::arg("op"), py::arg("inputs"), py::arg("attrs") = std::vector<int64_t>{},

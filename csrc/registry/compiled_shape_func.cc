@@ -1,4 +1,4 @@
-#include "registry/compiled_shape_func.h"
+#include "compiled_shape_func.h"
 
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/tensor.h>

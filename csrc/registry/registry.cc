@@ -22,7 +22,7 @@ std::string ShapeFuncRegistry::Canonical(const std::string& name) const {
   return CanonicalLocked(name);
 }
 
-static std::string MaskToString(const std::vector<bool>& mask) {
+std::string FormatMask(const std::vector<bool>& mask) {
   std::ostringstream os;
   os << "[";
   for (size_t i = 0; i < mask.size(); ++i) os << (i ? ", " : "") << (mask[i] ? "True" : "False");
@@ -30,25 +30,39 @@ static std::string MaskToString(const std::vector<bool>& mask) {
   return os.str();
 }
 
+std::vector<bool> ShapeFuncRegistry::ResolveMask(const std::string& name, std::vector<bool> mask, int arity) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ResolveMaskLocked(CanonicalLocked(name), std::move(mask), arity);
+}
+
+std::vector<bool> ShapeFuncRegistry::ResolveMaskLocked(const std::string& canonical, std::vector<bool> mask,
+                                                       int arity) const {
+  if (mask.empty()) Fail(ErrorKind::kValue, "data_dependent must not be empty ('" + canonical + "')");
+  auto it = entries_.find(canonical);
+  const int registered = it == entries_.end() ? -1 : it->second->arity;
+  for (int expected : {arity, registered}) {
+    if (expected < 0) continue;
+    if (mask.size() == 1) mask.assign(static_cast<size_t>(expected), mask[0]);
+    if (static_cast<int>(mask.size()) != expected) {
+      const char* what = expected == arity ? "the shape function of '" : "'";
+      Fail(ErrorKind::kValue, std::string("register_shape_func: ") + what + canonical + "' takes " +
+                                  std::to_string(expected) + " inputs but the mask " + FormatMask(mask) + " has " +
+                                  std::to_string(mask.size()));
+    }
+  }
+  return mask;
+}
+
 bool ShapeFuncRegistry::Register(ShapeFuncEntry entry, bool override_equal) {
   if (entry.name.empty()) Fail(ErrorKind::kValue, "register_shape_func: empty op name");
-  if (entry.mask.empty()) Fail(ErrorKind::kValue, "register_shape_func: empty mask for '" + entry.name + "'");
   std::lock_guard<std::mutex> lock(mutex_);
   entry.name = CanonicalLocked(entry.name);
+  entry.mask = ResolveMaskLocked(entry.name, std::move(entry.mask), entry.arity);
   auto it = entries_.find(entry.name);
   if (it != entries_.end()) {
     const ShapeFuncEntry& old = *it->second;
-    int arity = old.arity;
-    if (arity >= 0) {
-      if (entry.mask.size() == 1 && entry.arity < 0) {
-        entry.mask.assign(static_cast<size_t>(arity), entry.mask[0]);
-      } else if (static_cast<int>(entry.mask.size()) != arity) {
-        Fail(ErrorKind::kValue, "register_shape_func: '" + entry.name + "' takes " + std::to_string(arity) +
-                                    " inputs but the mask " + MaskToString(entry.mask) + " has " +
-                                    std::to_string(entry.mask.size()));
-      }
-      entry.arity = arity;
-      if (entry.native == nullptr && !entry.compiler.defined()) entry.num_outputs = old.num_outputs;
+    if (old.arity >= 0) {
+      entry.arity = old.arity;
       entry.count_sized = entry.count_sized || old.count_sized;
     }
     if (entry.native == nullptr && !entry.compiler.defined()) {
@@ -62,9 +76,6 @@ bool ShapeFuncRegistry::Register(ShapeFuncEntry entry, bool override_equal) {
       Fail(ErrorKind::kValue, "register_shape_func: '" + entry.name + "' is already registered at level " +
                                   std::to_string(old.level) + "; pass override=True or a higher level");
     }
-  } else if (entry.arity >= 0 && static_cast<int>(entry.mask.size()) != entry.arity) {
-    Fail(ErrorKind::kValue, "register_shape_func: '" + entry.name + "' takes " + std::to_string(entry.arity) +
-                                " inputs but the mask has " + std::to_string(entry.mask.size()));
   }
   std::string key = entry.name;
   entries_[key] = std::make_shared<const ShapeFuncEntry>(std::move(entry));

@@ -37,7 +37,7 @@
 #include <utility>
 #include <vector>
 
-#include "registry/compiled_shape_func.h"
+#include "compiled_shape_func.h"
 #include "shapefn/error.h"
 #include "shapefn/registry.h"
 #include "shapefn/tensor.h"

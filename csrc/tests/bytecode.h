@@ -1,6 +1,6 @@
 // Helpers of the interpreter's per-family tests (test_interpreter_*.cc), as
 // tests/bytecode.py is of the Python ones: code written with the private
-// instruction set (vm/isa.h) through methods generated from its table,
+// instruction set (internal/isa.h) through methods generated from its table,
 // executables verified and sent through a save/load round trip before they
 // run, VMs on the host or on a sim device of their own, host tensors in and
 // results shown as text.
@@ -18,12 +18,13 @@
 #include <utility>
 #include <vector>
 
+#include "isa.h"
 #include "shapefn/executable.h"
+#include "shapefn/registry.h"
 #include "shapefn/tensor.h"
 #include "shapefn/value.h"
 #include "shapefn/vm.h"
 #include "tests/expect_error.h"
-#include "vm/isa.h"
 
 namespace shapefn::bytecode {
 
@@ -56,7 +57,7 @@ class Code {
  public:
 #define SHAPEFN_OP(name, mnemonic, check, ...) \
   Code& name(std::initializer_list<Operand> operands) { return Emit(Opcode::k##name, operands); }
-#include "vm/isa.def"
+#include "isa.def"
 #undef SHAPEFN_OP
 
   const std::vector<int64_t>& words() const { return words_; }
@@ -103,6 +104,11 @@ inline ExecutableParts Main(const Code& code, int64_t num_registers,
 // Verifying `parts` fails with Error(kFormat) naming `fragment`.
 #define EXPECT_REJECTED(parts, fragment) \
   EXPECT_SHAPEFN_ERROR(::shapefn::Executable rejected_executable_(parts), ::shapefn::ErrorKind::kFormat, fragment)
+
+// A use of `op`'s shape function under the mask this process registers.
+inline ShapeFuncUse Registered(const std::string& op) {
+  return ShapeFuncUse{op, ShapeFuncRegistry::Global().Lookup(op)->mask};
+}
 
 // `parts` verified, saved and loaded back, so tests run what a file gives;
 // the disassembly survives the round trip.

@@ -1,12 +1,12 @@
 // The CPU-feature check a VM makes before running host kernels
-// (device/cpu_features.h): what counts as missing, and the refusal.
+// (internal/cpu_features.h): what counts as missing, and the refusal.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "device/cpu_features.h"
+#include "cpu_features.h"
 #include "shapefn/error.h"
 
 namespace shapefn {

@@ -77,10 +77,9 @@ ExecutableParts Everything() {
   parts.constants = {on_device, on_host, empty};
 
   parts.kernels = {"fused_add", "carried_build_a", "carried_build_b"};
-  parts.shape_funcs = {"shapefn.broadcast", "test.cpp.io.carried"};
+  parts.shape_funcs = {{"shapefn.broadcast", {false, false}}, {"test.cpp.io.carried", {true, false, true}}};
   CarriedShapeFunc carried;
   carried.shape_func = 1;
-  carried.mask = {true, false, true};
   carried.num_outputs = 2;
   carried.builds.push_back(CarriedShapeFunc::Build{"float32:2,int64:0,float32:2", 1, {2, 1}});
   carried.builds.push_back(CarriedShapeFunc::Build{"float32:2,int64:1,float32:2", 2, {2, 0}});
@@ -127,12 +126,15 @@ void ExpectSame(const Executable& a, const Executable& b) {
     EXPECT_EQ(c.bytes, d.bytes);
   }
   EXPECT_EQ(a.kernels(), b.kernels());
-  EXPECT_EQ(a.shape_funcs(), b.shape_funcs());
+  ASSERT_EQ(a.shape_funcs().size(), b.shape_funcs().size());
+  for (size_t i = 0; i < a.shape_funcs().size(); ++i) {
+    EXPECT_EQ(a.shape_funcs()[i].op, b.shape_funcs()[i].op);
+    EXPECT_EQ(a.shape_funcs()[i].mask, b.shape_funcs()[i].mask);
+  }
   ASSERT_EQ(a.carried_shape_funcs().size(), b.carried_shape_funcs().size());
   for (size_t i = 0; i < a.carried_shape_funcs().size(); ++i) {
     const CarriedShapeFunc &c = a.carried_shape_funcs()[i], &d = b.carried_shape_funcs()[i];
     EXPECT_EQ(c.shape_func, d.shape_func);
-    EXPECT_EQ(c.mask, d.mask);
     EXPECT_EQ(c.num_outputs, d.num_outputs);
     ASSERT_EQ(c.builds.size(), d.builds.size());
     for (size_t k = 0; k < c.builds.size(); ++k) {
@@ -157,7 +159,8 @@ TEST(ExecutableIO, RoundTripKeepsEveryTable) {
   std::shared_ptr<Executable> loaded = Deserialize(bytes);
   ExpectSame(exe, *loaded);
   // The parts as given, not only as the writer understood them.
-  EXPECT_EQ(loaded->carried_shape_funcs()[0].mask, (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(loaded->shape_funcs()[1].mask, (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(loaded->shape_funcs()[0].mask, (std::vector<bool>{false, false}));
   EXPECT_EQ(loaded->functions()[0].code, Everything().functions[0].code);
   EXPECT_EQ(loaded->CarriedShapeFuncOf(1), &loaded->carried_shape_funcs()[0]);
   EXPECT_EQ(loaded->CarriedShapeFuncOf(0), nullptr);
@@ -289,11 +292,16 @@ TEST(ExecutableIO, CarriedShapeFunctionTablesAreVerified) {
   };
   using Carried = std::vector<CarriedShapeFunc>;
   const std::string where = "invalid executable: carried shape function 'test.cpp.io.carried'";
+  ExecutableParts short_mask = Everything();
+  short_mask.shape_funcs[1].mask.pop_back();
+  EXPECT_REJECTED(short_mask, where + " build (float32:2,int64:0,float32:2) has 3 inputs, its mask 2");
+  ExecutableParts no_mask = Everything();
+  no_mask.shape_funcs[0].mask.clear();
+  EXPECT_REJECTED(no_mask, "invalid executable: the mask of shape function 'shapefn.broadcast' has 0 flags");
   EXPECT_REJECTED(with([](Carried& c) { c[0].shape_func = 2; }), "a carried shape function has index 2, out of range");
   EXPECT_REJECTED(with([](Carried& c) { c.push_back(c[0]); }), where + " is carried twice");
   EXPECT_REJECTED(with([](Carried& c) { c[0].num_outputs = 0; }), where + " has 0 outputs");
-  EXPECT_REJECTED(with([](Carried& c) { c[0].mask.pop_back(); }),
-                  where + " build (float32:2,int64:0,float32:2) has 3 inputs, its mask 2");
+
   EXPECT_REJECTED(with([](Carried& c) { c[0].builds[1].signature = c[0].builds[0].signature; }),
                   where + " has two builds (float32:2,int64:0,float32:2)");
   EXPECT_REJECTED(with([](Carried& c) { c[0].builds[0].kernel = 3; }),

@@ -54,7 +54,7 @@ ExecutableParts ProbeProgram() {
   Code code;
   code.InvokeShapeFunc({0, List{0, 1}, List{2, 3, 4, 5}, List{4, 2}}).MakeTuple({6, List{2, 3, 4, 5}}).Ret({6});
   ExecutableParts parts = Main(code, 7, {Param("x", kF32, {kN}), Param("v", kI64, {2})});
-  parts.shape_funcs = {"test.cpp.interpreter.probe"};
+  parts.shape_funcs = {Registered("test.cpp.interpreter.probe")};
   return parts;
 }
 
@@ -102,7 +102,7 @@ TEST(InterpreterShapeFuncs, BuiltinsFromTheRegistry) {
   Code broadcast;
   broadcast.InvokeShapeFunc({0, List{0, 1}, List{2}, List{}}).Ret({2});
   ExecutableParts parts = Main(broadcast, 3, {Param("a", kF32, {kN, 1}), Param("b", kF32, {1, kM})});
-  parts.shape_funcs = {"shapefn.broadcast"};
+  parts.shape_funcs = {Registered("shapefn.broadcast")};
   Outcome run = RunMain(parts, {Iota({3, 1}), Iota({1, 4})}, Sim());
   EXPECT_EQ(Show(run.result), "[3, 4]");
   EXPECT_EQ(run.counters.d2h_bytes, 0);
@@ -117,7 +117,7 @@ TEST(InterpreterShapeFuncs, BuiltinsFromTheRegistry) {
       .MakeTuple({5, List{2, 4}})
       .Ret({5});
   ExecutableParts reshape_parts = Main(reshape, 6, {Param("x", kF32, {kN, kM}), Param("shape", kI64, {2})});
-  reshape_parts.shape_funcs = {"relax.reshape"};
+  reshape_parts.shape_funcs = {Registered("relax.reshape")};
   Outcome reshaped = RunMain(reshape_parts, {Iota({4, 3}), Tensor<int64_t>(kI64, {2}, {6, -1})}, Sim());
   EXPECT_EQ(Show(reshaped.result), "([6, 2], [6, 2])");
   EXPECT_EQ(reshaped.counters.d2h_bytes, 16);
@@ -128,13 +128,13 @@ TEST(InterpreterShapeFuncs, BuiltinsFromTheRegistry) {
 TEST(InterpreterShapeFuncs, WhatTheShapeFunctionGivesIsChecked) {
   RegisterNative("test.cpp.interpreter.negative", {false}, 1, Negative);
   ExecutableParts negative = Main(Code().InvokeShapeFunc({0, List{0}, List{1}, List{}}).Ret({1}), 2);
-  negative.shape_funcs = {"test.cpp.interpreter.negative"};
+  negative.shape_funcs = {Registered("test.cpp.interpreter.negative")};
   EXPECT_SHAPEFN_ERROR(RunMain(negative, {Iota({1})}), ErrorKind::kValue,
                        "shape function of 'test.cpp.interpreter.negative' returned a negative dimension -1 for output "
                        "0 ([2, -1])");
   RegisterNative("test.cpp.interpreter.refuses", {false}, 1, Refuses);
   ExecutableParts refuses = negative;
-  refuses.shape_funcs = {"test.cpp.interpreter.refuses"};
+  refuses.shape_funcs = {Registered("test.cpp.interpreter.refuses")};
   EXPECT_SHAPEFN_ERROR(RunMain(refuses, {Iota({1})}), ErrorKind::kValue, "the probe refuses its inputs");
 }
 
@@ -149,18 +149,28 @@ TEST(InterpreterShapeFuncs, InputsAreTensorsIntsOrShapes) {
 
 TEST(InterpreterShapeFuncs, ArityAndOutputsAreCheckedWhenTheVMIsMade) {
   ExecutableParts one_input = Main(Code().InvokeShapeFunc({0, List{0}, List{1}, List{}}).Ret({1}), 2);
-  one_input.shape_funcs = {"shapefn.broadcast"};
+  one_input.shape_funcs = {Registered("shapefn.broadcast")};
   Load(one_input);  // the registry is consulted by the VM, not at load
   EXPECT_SHAPEFN_ERROR(MakeVM(one_input), ErrorKind::kValue,
                        "'main' calls the shape function of 'shapefn.broadcast' with 1 inputs, it takes 2");
   ExecutableParts two_outputs = Main(Code().InvokeShapeFunc({0, List{0, 0}, List{1, 2}, List{}}).Ret({1}), 3);
-  two_outputs.shape_funcs = {"shapefn.broadcast"};
+  two_outputs.shape_funcs = {Registered("shapefn.broadcast")};
   EXPECT_SHAPEFN_ERROR(MakeVM(two_outputs), ErrorKind::kValue,
                        "'main' expects 2 shapes from the shape function of 'shapefn.broadcast', it gives 1");
   ExecutableParts unknown = one_input;
-  unknown.shape_funcs = {"test.cpp.interpreter.unregistered"};
+  unknown.shape_funcs = {{"test.cpp.interpreter.unregistered", {false, false}}};
   EXPECT_SHAPEFN_ERROR(MakeVM(unknown), ErrorKind::kKey,
                        "no shape function is registered for op 'test.cpp.interpreter.unregistered'");
+}
+
+TEST(InterpreterShapeFuncs, AMaskOtherThanTheRegisteredOneIsRefusedWhenTheVMIsMade) {
+  ExecutableParts parts = Main(Code().InvokeShapeFunc({0, List{0, 1}, List{2}, List{}}).Ret({2}), 3);
+  parts.shape_funcs = {{"relax.dynamic_strided_slice", {true, true, true, true}}};
+  Load(parts);  // a mask is a program's own, checked against the registry by the VM
+  EXPECT_SHAPEFN_ERROR(MakeVM(parts), ErrorKind::kValue,
+                       "the executable was compiled with data-dependence mask [True, True, True, True] for "
+                       "'relax.dynamic_strided_slice', but this process registers [False, True, True, True]: "
+                       "compile it again, or register the mask it was compiled with");
 }
 
 // A shape function the executable carries, compiled for one signature: the
@@ -178,11 +188,10 @@ ExecutableParts CarriedProgram(bool int_input) {
       .MakeTuple({5, List{3, 4}})
       .Ret({5});
   ExecutableParts parts = Main(code, 6, {Param("x", kF32, {kN}), Param("v", kI64, {2})});
-  parts.shape_funcs = {"test.cpp.interpreter.carried"};  // registered nowhere
+  parts.shape_funcs = {{"test.cpp.interpreter.carried", {false, true}}};  // registered nowhere
   parts.kernels = {"carried_build"};
   CarriedShapeFunc carried;
   carried.shape_func = 0;
-  carried.mask = {false, true};
   carried.builds.push_back(CarriedShapeFunc::Build{"float32:1,int64:1", 0, {1}});
   parts.carried_shape_funcs.push_back(carried);
   return parts;
@@ -220,13 +229,13 @@ TEST(InterpreterShapeFuncs, CarriedShapeFunctionHasNoBuildForOtherSignatures) {
 // fail_*: what the verifier refuses.
 TEST(InterpreterShapeFuncs, VerifierRefusals) {
   ExecutableParts index = Main(Code().InvokeShapeFunc({1, List{0}, List{1}, List{}}).Ret({1}), 2);
-  index.shape_funcs = {"shapefn.broadcast"};
+  index.shape_funcs = {Registered("shapefn.broadcast")};
   EXPECT_REJECTED(index, "invoke_shape_func refers to shape function #1 of 1 (operand 'shape_func')");
   ExecutableParts output = Main(Code().InvokeShapeFunc({0, List{0}, List{6}, List{}}).Ret({0}), 2);
-  output.shape_funcs = {"shapefn.broadcast"};
+  output.shape_funcs = {Registered("shapefn.broadcast")};
   EXPECT_REJECTED(output, "invoke_shape_func uses register %6 of 2 (operand 'outputs')");
   ExecutableParts truncated = Main(Code().InvokeShapeFunc({0, List{0}, List{1}}), 2);  // no attrs list
-  truncated.shape_funcs = {"shapefn.broadcast"};
+  truncated.shape_funcs = {Registered("shapefn.broadcast")};
   EXPECT_REJECTED(truncated, "truncated 'invoke_shape_func' at word 0");
 }
 

@@ -103,7 +103,9 @@ TEST(Registry, HigherLevelWinsLowerLevelIsIgnored) {
 
 TEST(Registry, MaskMustMatchTheArity) {
   ShapeFuncRegistry& r = ShapeFuncRegistry::Global();
-  EXPECT_EQ(KindOfFailure([&] { r.Register(Entry("test.cpp.registry.arity", {true}, 10, 2), false); }),
+  EXPECT_EQ(KindOfFailure([&] {
+              r.Register(Entry("test.cpp.registry.arity", {true, false, true}, 10, 2), false);
+            }),
             ErrorKind::kValue);
   EXPECT_FALSE(r.Contains("test.cpp.registry.arity"));
   // A new mask for a registered op: its arity stands, one flag is spread over it.
@@ -154,6 +156,23 @@ TEST(Registry, BuiltinsAreRegisteredWithTheirMasksAndAliases) {
   EXPECT_EQ(r.Lookup("relax.topk")->num_outputs, 2);
   EXPECT_EQ(r.Lookup("dyn.reshape")->mask, (std::vector<bool>{false, true}));
   EXPECT_TRUE(r.Lookup("relax.nonzero")->count_sized);
+}
+
+TEST(Registry, ResolveMaskSpreadsOneFlagAndNamesTheOpTheMaskAndTheLengths) {
+  const ShapeFuncRegistry& r = ShapeFuncRegistry::Global();
+  EXPECT_EQ(r.ResolveMask("test.cpp.registry.unknown", {true}, 3), (std::vector<bool>{true, true, true}));
+  EXPECT_EQ(r.ResolveMask("test.cpp.registry.unknown", {true}, -1), (std::vector<bool>{true}));
+  // The registered arity counts too, under an alias as under the name.
+  EXPECT_EQ(r.ResolveMask("dyn.strided_slice", {false}, -1), (std::vector<bool>(4, false)));
+  try {
+    r.ResolveMask("dyn.strided_slice", {false, true}, -1);
+    ADD_FAILURE() << "no shapefn::Error was thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kValue);
+    EXPECT_STREQ(e.what(),
+                 "register_shape_func: 'relax.dynamic_strided_slice' takes 4 inputs but the mask [False, True] has 2");
+  }
+  EXPECT_EQ(KindOfFailure([&] { r.ResolveMask("test.cpp.registry.unknown", {}, -1); }), ErrorKind::kValue);
 }
 
 }  // namespace

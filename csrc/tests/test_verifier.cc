@@ -3,15 +3,15 @@
 // each malformed one is refused with Error(kFormat) naming its problem and,
 // for an operand, the operand. Executables are made from ExecutableParts
 // (shapefn/executable.h); the code is written with the private instruction
-// set (vm/isa.h) as the Python builder writes it.
+// set (internal/isa.h) as the Python builder writes it.
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "isa.h"
 #include "shapefn/executable.h"
-#include "vm/isa.h"
 
 namespace shapefn {
 namespace {

@@ -10,10 +10,10 @@
 #include <iterator>
 #include <sstream>
 
+#include "isa.h"
 #include "shapefn/error.h"
 #include "shapefn/tensor.h"
-#include "vm/isa.h"
-#include "vm/verifier.h"
+#include "verifier.h"
 
 namespace shapefn {
 
@@ -116,13 +116,15 @@ std::vector<uint8_t> Executable::Serialize() const {
   w.Pod<uint32_t>(static_cast<uint32_t>(kernels.size()));
   for (const auto& k : kernels) w.Str(k);
   w.Pod<uint32_t>(static_cast<uint32_t>(shape_funcs.size()));
-  for (const auto& s : shape_funcs) w.Str(s);
+  for (const ShapeFuncUse& s : shape_funcs) {
+    w.Str(s.op);
+    w.Pod<uint32_t>(static_cast<uint32_t>(s.mask.size()));
+    for (bool reads : s.mask) w.Pod<uint8_t>(reads ? 1 : 0);
+  }
   w.Pod<uint32_t>(static_cast<uint32_t>(p.carried_shape_funcs.size()));
   for (const CarriedShapeFunc& c : p.carried_shape_funcs) {
     w.Pod<int32_t>(c.shape_func);
     w.Pod<int32_t>(c.num_outputs);
-    w.Pod<uint32_t>(static_cast<uint32_t>(c.mask.size()));
-    for (bool reads : c.mask) w.Pod<uint8_t>(reads ? 1 : 0);
     w.Pod<uint32_t>(static_cast<uint32_t>(c.builds.size()));
     for (const CarriedShapeFunc::Build& b : c.builds) {
       w.Str(b.signature);
@@ -202,14 +204,18 @@ std::shared_ptr<Executable> Executable::Deserialize(const uint8_t* data, size_t 
   uint64_t n = r.Count("kernels", 4);
   for (uint64_t i = 0; i < n; ++i) parts.kernels.push_back(r.Str("kernel name"));
   n = r.Count("shape functions", 4);
-  for (uint64_t i = 0; i < n; ++i) parts.shape_funcs.push_back(r.Str("shape function name"));
+  for (uint64_t i = 0; i < n; ++i) {
+    ShapeFuncUse use;
+    use.op = r.Str("shape function name");
+    uint64_t arity = r.Count("shape function mask", 1);
+    for (uint64_t k = 0; k < arity; ++k) use.mask.push_back(r.Pod<uint8_t>("shape function mask") != 0);
+    parts.shape_funcs.push_back(std::move(use));
+  }
   n = r.Count("carried shape functions", 16);
   for (uint64_t i = 0; i < n; ++i) {
     CarriedShapeFunc c;
     c.shape_func = r.Pod<int32_t>("carried shape function index");
     c.num_outputs = r.Pod<int32_t>("carried shape function outputs");
-    uint64_t arity = r.Count("carried shape function mask", 1);
-    for (uint64_t k = 0; k < arity; ++k) c.mask.push_back(r.Pod<uint8_t>("carried shape function mask") != 0);
     uint64_t nb = r.Count("carried shape function builds", 12);
     for (uint64_t k = 0; k < nb; ++k) {
       CarriedShapeFunc::Build b;
@@ -316,7 +322,7 @@ std::string Executable::Disassemble(bool operand_names) const {
   std::ostringstream os;
   for (const CarriedShapeFunc& c : carried_shape_funcs()) {
     for (const CarriedShapeFunc::Build& b : c.builds) {
-      os << "shape_func " << shape_funcs()[static_cast<size_t>(c.shape_func)] << "(" << b.signature << ") = kernel "
+      os << "shape_func " << shape_funcs()[static_cast<size_t>(c.shape_func)].op << "(" << b.signature << ") = kernel "
          << kernels()[static_cast<size_t>(b.kernel)] << "\n";
     }
   }

@@ -1,4 +1,4 @@
-#include "vm/idle_tensors.h"
+#include "idle_tensors.h"
 
 #include <algorithm>
 

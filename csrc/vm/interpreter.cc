@@ -10,7 +10,7 @@
 #include <new>
 
 #include "shapefn/error.h"
-#include "vm/vm_impl.h"
+#include "vm_impl.h"
 
 namespace shapefn {
 

@@ -1,6 +1,6 @@
 // The instruction table at run time, the decoder and the disassembler, all
 // driven by the operand specs of isa.def.
-#include "vm/isa.h"
+#include "isa.h"
 
 #include <sstream>
 
@@ -19,7 +19,7 @@ struct OpTable {
     int i = 0;
 #define SHAPEFN_OP(name, mnemonic, check, ...) \
   info[i++] = OpInfo{mnemonic, nullptr, ops::k##name##Operands, static_cast<int>(std::size(ops::k##name##Operands))};
-#include "vm/isa.def"
+#include "isa.def"
 #undef SHAPEFN_OP
     for (int op = 0; op < kNumOpcodes; ++op) {
       for (int k = 0; k < info[op].num_operands; ++k) layouts[op] += static_cast<char>(info[op].operands[k].kind);

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "shapefn/error.h"
-#include "vm/vm_impl.h"
+#include "vm_impl.h"
 
 namespace shapefn {
 

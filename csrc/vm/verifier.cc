@@ -2,11 +2,11 @@
 // number, jump target and table entry it reads. Operands are checked by
 // their kind in isa.def; each instruction's own rules are the check named
 // in its table entry.
-#include "vm/verifier.h"
+#include "verifier.h"
 
 #include <set>
 
-#include "registry/compiled_shape_func.h"
+#include "compiled_shape_func.h"
 #include "shapefn/error.h"
 #include "shapefn/tensor.h"
 
@@ -18,6 +18,7 @@ constexpr int64_t kMaxRegisters = 1 << 20;
 // Bounds on what a carried shape function declares (outputs, and the rank
 // of each output shape), far above any real op's.
 constexpr int32_t kMaxShapeFuncOutputs = 1 << 10;
+constexpr int32_t kMaxShapeFuncInputs = 1 << 16;
 constexpr int64_t kMaxShapeRank = 1 << 10;
 
 bool ValidDType(DLDataType t) {
@@ -102,7 +103,7 @@ void CheckCall(const InstructionCheck& c) {
 
 constexpr CheckFn kChecks[] = {
 #define SHAPEFN_OP(name, mnemonic, check, ...) check,
-#include "vm/isa.def"
+#include "isa.def"
 #undef SHAPEFN_OP
 };
 
@@ -177,7 +178,8 @@ void VerifyCarriedShapeFuncs(const Executable& exe) {
            "invalid executable: a carried shape function has index " + std::to_string(c.shape_func) + ", out of range");
     }
     const std::string where =
-        "invalid executable: carried shape function '" + exe.shape_funcs()[static_cast<size_t>(c.shape_func)] + "'";
+        "invalid executable: carried shape function '" + exe.shape_funcs()[static_cast<size_t>(c.shape_func)].op + "'";
+    const std::vector<bool>& mask = exe.shape_funcs()[static_cast<size_t>(c.shape_func)].mask;
     if (!carried.insert(c.shape_func).second) Fail(ErrorKind::kFormat, where + " is carried twice");
     if (c.num_outputs < 1 || c.num_outputs > kMaxShapeFuncOutputs) {
       Fail(ErrorKind::kFormat, where + " has " + std::to_string(c.num_outputs) + " outputs");
@@ -185,9 +187,9 @@ void VerifyCarriedShapeFuncs(const Executable& exe) {
     std::set<std::vector<uint64_t>> signatures;
     for (const CarriedShapeFunc::Build& b : c.builds) {
       const std::vector<uint64_t> key = ParseShapeFuncSignature(b.signature);
-      if (key.size() != c.mask.size()) {
+      if (key.size() != mask.size()) {
         Fail(ErrorKind::kFormat, where + " build (" + b.signature + ") has " + std::to_string(key.size()) +
-                                     " inputs, its mask " + std::to_string(c.mask.size()));
+                                     " inputs, its mask " + std::to_string(mask.size()));
       }
       if (!signatures.insert(key).second) Fail(ErrorKind::kFormat, where + " has two builds (" + b.signature + ")");
       if (b.kernel < 0 || static_cast<size_t>(b.kernel) >= exe.kernels().size()) {
@@ -226,7 +228,13 @@ void VerifyExecutable(const Executable& exe) {
 
   std::set<std::string> names;
   for (const auto& k : kernels) CheckName(k, "kernel");
-  for (const auto& s : shape_funcs) CheckName(s, "shape function");
+  for (const ShapeFuncUse& s : shape_funcs) {
+    CheckName(s.op, "shape function");
+    if (s.mask.empty() || s.mask.size() > static_cast<size_t>(kMaxShapeFuncInputs)) {
+      Fail(ErrorKind::kFormat, "invalid executable: the mask of shape function '" + s.op + "' has " +
+                                   std::to_string(s.mask.size()) + " flags");
+    }
+  }
   for (const auto& f : exe.host_cpu_features()) CheckName(f, "host CPU feature");
   if (!IsDeviceCode(exe.device_code())) {
     Fail(ErrorKind::kFormat, "invalid executable: unknown device code '" + exe.device_code() +

@@ -5,9 +5,9 @@
 
 #include <vector>
 
+#include "isa.h"
 #include "shapefn/executable.h"
 #include "shapefn/registry.h"
-#include "vm/isa.h"
 
 namespace shapefn {
 

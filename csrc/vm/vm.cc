@@ -5,10 +5,10 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "device/cpu_features.h"
+#include "cpu_features.h"
 #include "shapefn/error.h"
-#include "vm/verifier.h"
-#include "vm/vm_impl.h"
+#include "verifier.h"
+#include "vm_impl.h"
 
 namespace shapefn {
 
@@ -53,18 +53,31 @@ namespace {
 // The entry of a shape function the executable carries: its own mask, and
 // no native code. Signatures it was not compiled for are compiled by the
 // registration of the same shape function in this process, if there is one.
-ShapeFuncEntryPtr CarriedEntry(const std::string& op, const CarriedShapeFunc& carried) {
+ShapeFuncEntryPtr CarriedEntry(const ShapeFuncUse& use, const CarriedShapeFunc& carried) {
   auto entry = std::make_shared<ShapeFuncEntry>();
-  entry->name = op;
-  entry->mask = carried.mask;
-  entry->arity = static_cast<int>(carried.mask.size());
+  entry->name = use.op;
+  entry->mask = use.mask;
+  entry->arity = static_cast<int>(use.mask.size());
   entry->num_outputs = carried.num_outputs;
   ShapeFuncRegistry& registry = ShapeFuncRegistry::Global();
-  if (registry.Contains(op)) {
-    ShapeFuncEntryPtr registered = registry.Lookup(op);
-    if (registered->native == nullptr && registered->mask == carried.mask) entry->compiler = registered->compiler;
+  if (registry.Contains(use.op)) {
+    ShapeFuncEntryPtr registered = registry.Lookup(use.op);
+    if (registered->native == nullptr && registered->mask == use.mask) entry->compiler = registered->compiler;
   }
   return entry;
+}
+
+// The registry's entry for a shape function the executable calls but does
+// not carry: it must have the mask the program was compiled under, since the
+// program copies exactly the inputs that mask names.
+ShapeFuncEntryPtr RegisteredEntry(const ShapeFuncUse& use) {
+  ShapeFuncEntryPtr registered = ShapeFuncRegistry::Global().Lookup(use.op);
+  if (registered->mask != use.mask) {
+    Fail(ErrorKind::kValue, "the executable was compiled with data-dependence mask " + FormatMask(use.mask) + " for '" +
+                                use.op + "', but this process registers " + FormatMask(registered->mask) +
+                                ": compile it again, or register the mask it was compiled with");
+  }
+  return registered;
 }
 
 }  // namespace
@@ -100,7 +113,7 @@ VirtualMachine::Impl::Impl(std::shared_ptr<const Executable> exe, std::shared_pt
   for (size_t i = 0; i < exe_->shape_funcs().size(); ++i) {
     const CarriedShapeFunc* carried = exe_->CarriedShapeFuncOf(i);
     if (carried == nullptr) {
-      shape_funcs_.push_back(ShapeFuncRegistry::Global().Lookup(exe_->shape_funcs()[i]));
+      shape_funcs_.push_back(RegisteredEntry(exe_->shape_funcs()[i]));
       continue;
     }
     shape_funcs_.push_back(CarriedEntry(exe_->shape_funcs()[i], *carried));

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "registry/compiled_shape_func.h"
+#include "compiled_shape_func.h"
+#include "idle_tensors.h"
+#include "isa.h"
 #include "shapefn/registry.h"
 #include "shapefn/vm.h"
-#include "vm/idle_tensors.h"
-#include "vm/isa.h"
 
 namespace shapefn {
 

@@ -38,7 +38,7 @@ import tvm
 from tvm import relax, tirx
 
 from .. import config
-from ..compiler import codegen, placement, schedule
+from ..compiler import codegen, placement, readback_order
 from ..compiler.lower_dynamic import lower_dynamic_ops
 from ..compiler.relax_passes import without_fusion
 from . import timing
@@ -158,7 +158,7 @@ def _compile_phases(mod: tvm.IRModule, device: str, count_calls: bool) -> dict:
 def _generate(lowered: tvm.IRModule, device: str) -> codegen.GeneratedProgram:
     """The bytecode of ``lowered``: placement, readback scheduling and code generation."""
     places = placement.place_module(lowered, placement.policy_for(device))
-    return codegen.generate(lowered, places, schedule.schedule_module(lowered))
+    return codegen.generate(lowered, places, readback_order.order_module(lowered))
 
 
 def _cache_files(directory: str) -> set[str]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import kernels
 from ..builder import Param, ProgramBuilder
+from ..compiler import hand_built as kernels
 from ..executable import Executable
 
 _libraries: dict = {}

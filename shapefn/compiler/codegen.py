@@ -2,7 +2,7 @@
 
 It decides nothing about where values live or in which order readbacks
 run: it emits what the placement pass (``placement.py``) and the readback
-scheduling pass (``schedule.py``) decided, inserting copies where a tensor
+scheduling pass (``readback_order.py``) decided, inserting copies where a tensor
 is read on another slot than its own (``copies.py``).
 
 Symbolic sizes and shapes live in int64 registers (``size_registers.py``);
@@ -27,8 +27,8 @@ from ..builder import Label, Param, ProgramBuilder, Reg
 from . import sources
 from .copies import ConstantTable, Copies
 from .placement import ALLOC_TENSOR, HOST, ModulePlacement, Placement, is_prim, is_tensor_const, key
+from .readback_order import KILLS, ReadbackOrder
 from .register_cache import RegisterCache
-from .schedule import KILLS, ReadbackSchedule
 from .shape_calls import SHAPE_FUNC, TO_HOST, VIEW
 from .size_registers import CodegenError, SizeRegisters
 
@@ -50,7 +50,7 @@ class GeneratedProgram:
     shape_func_kernels: dict[str, tirx.PrimFunc] = field(default_factory=dict)
 
 
-def generate(mod: tvm.IRModule, placement: ModulePlacement, readbacks: ReadbackSchedule,
+def generate(mod: tvm.IRModule, placement: ModulePlacement, readbacks: ReadbackOrder,
              separate_host_kernels: bool = False) -> GeneratedProgram:
     """Bytecode for every Relax function of ``mod`` (``main`` first).
 
@@ -61,7 +61,7 @@ def generate(mod: tvm.IRModule, placement: ModulePlacement, readbacks: ReadbackS
 
 
 class _ModuleCodegen:
-    def __init__(self, mod: tvm.IRModule, placement: ModulePlacement, readbacks: ReadbackSchedule,
+    def __init__(self, mod: tvm.IRModule, placement: ModulePlacement, readbacks: ReadbackOrder,
                  separate_host_kernels: bool):
         self.mod = mod
         self.placement = placement

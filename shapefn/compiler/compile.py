@@ -18,7 +18,7 @@ import tvm
 from .. import cuda_fatbin, kernel_cache
 from ..executable import Executable
 from ..progress import QUIET, Progress
-from . import codegen, host_params, placement, schedule, target_schedule
+from . import codegen, host_params, placement, readback_order, target_schedule
 from .lower_dynamic import lower_dynamic_ops
 from .relax_passes import lower
 
@@ -95,7 +95,7 @@ def _generate(mod: tvm.IRModule, device: str, tvm_target: tvm.target.Target, rep
         host = host_params.plan(mod, policy)                   # loops' tensors read only for shapes
         mod = host_params.read_back_host_params(mod, host)
         places = placement.place_module(mod, policy, host)     # host or device, per tensor and kernel
-        readbacks = schedule.schedule_module(mod)              # readbacks batched, one sync per phase
+        readbacks = readback_order.order_module(mod)            # readbacks batched, one sync per phase
         generated = codegen.generate(mod, places, readbacks, separate_host_kernels=gpu)  # bytecode
     with report.phase("scheduling kernels"):
         scheduled = schedule_kernels(mod, generated, tvm_target)  # each kernel for its processor

@@ -37,7 +37,6 @@ that never happens.
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -58,8 +57,11 @@ GPU_KINDS = frozenset({"cuda", "rocm", "opencl", "vulkan", "metal"})
 GPU_VERSION = "dlight-default-4"
 
 # The attribute of a GPU kernel form naming its CPU form (``kernel_form``):
-# ["module:generator", *arguments].
+# ["module:generator", *arguments], the generator one of ``_CPU_FORMS``.
 HOST_FORM = "shapefn.host_form"
+# The CPU forms of the kernels that have a GPU form, by the name their GPU
+# forms' HOST_FORM gives (``kernel_form`` adds each as it pairs them).
+_CPU_FORMS: dict[str, Callable[..., tirx.PrimFunc]] = {}
 
 # Packed calls are made by host code through the TVM runtime; a device
 # kernel cannot make them (and shapefn cannot tell whether the callee
@@ -150,6 +152,7 @@ def kernel_form(cpu_form: Callable[..., tirx.PrimFunc], gpu: bool) -> Callable[.
     if gpu_form is None:
         return cpu_form
     generator = f"{cpu_form.__module__}:{cpu_form.__qualname__}"
+    _CPU_FORMS[generator] = cpu_form
 
     def both_forms(*args) -> tirx.PrimFunc:
         # Named, not held: a PrimFunc in an attribute defeats TVMScript's printer.
@@ -163,8 +166,10 @@ def host_form(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     itself if it binds no GPU threads, else None (no host build)."""
     named = func.attrs.get(HOST_FORM) if func.attrs is not None else None
     if named is not None:
-        module, generator = str(named[0]).split(":")
-        return getattr(importlib.import_module(module), generator)(*list(named)[1:])
+        generator = _CPU_FORMS.get(str(named[0]))
+        if generator is None:
+            raise KeyError(f"a GPU kernel names CPU form {str(named[0])!r}, which kernel_form never paired")
+        return generator(*list(named)[1:])
     return None if binds_threads(func) else func
 
 

@@ -10,7 +10,7 @@ own VM, into calls of the builtins the C++ core registers with tvm-ffi
 inputs its mask marks ``False`` and the values of the others only;
 count-sized ops (nonzero, unique, NMS, users' count-sized kernels) read back
 their counts alone, the independent counts of a phase in one sync
-(``schedule_reads``). Everything else goes through TVM's default pipeline
+(``read_counts``). Everything else goes through TVM's default pipeline
 for the target, unchanged.
 
 TVM's wheel has no OpenCL runtime: an OpenCL module from ``tvm.compile``
@@ -35,10 +35,10 @@ from ..compiler.lower_dynamic import lower_dynamic_ops
 from ..compiler.rewrites import reshape_calls_replaced
 from ..compiler.shape_calls import SHAPE_FUNC, VIEW
 from .host_shapes import PlaceShapeArithmeticOnHost, StorageInScope, StorageOnItsDevice
-from .schedule_reads import ScheduleCountReads
+from .read_counts import ReadCountsTogether
 
 __all__ = ["pipeline", "runnable", "DeduplicateKernels", "ExportKernelsUnderTheirNames", "LowerDataDependentOps",
-           "PlaceShapeArithmeticOnHost", "ScheduleCountReads", "ScheduleShapefnKernels", "WithoutSizeLimits"]
+           "PlaceShapeArithmeticOnHost", "ReadCountsTogether", "ScheduleShapefnKernels", "WithoutSizeLimits"]
 
 SHAPE_FUNC_PER_OP = "shapefn.shape_func_per_op"
 _CALL_PURE_PACKED = tvm.ir.Op.get("relax.call_pure_packed")
@@ -57,7 +57,7 @@ def pipeline(target, dependence: str = "per-input") -> tvm.transform.Pass:
     dispatch, legalize, dataflow_lower, finalize = _default_phases(target)
     passes = [
         LowerDataDependentOps(target, dependence),
-        ScheduleCountReads(),
+        ReadCountsTogether(),
         # shapefn's legalizations where TVM's are wrong or slow with symbolic
         # sizes (broadcast from a runtime 1, resize, concat, scatter); TVM's
         # LegalizeOps then legalizes the rest.

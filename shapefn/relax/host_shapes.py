@@ -29,7 +29,7 @@ from tvm import relax, te, tirx
 from ..compiler.placement import is_integer_tensor, is_small_tensor, is_tensor_const
 from ..compiler.shape_calls import SHAPE_FUNC
 from ..compiler.target_schedule import host_form, schedule
-from .schedule_reads import READ_COUNTS
+from .read_counts import READ_COUNTS
 
 __all__ = ["PlaceShapeArithmeticOnHost", "StorageInScope", "StorageOnItsDevice", "HOST_SUFFIX"]
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <utility>
 
-#include "device/modules/device_module_blob.h"
+#include "device_module_blob.h"
 #include "shapefn/error.h"
 
 namespace shapefn {

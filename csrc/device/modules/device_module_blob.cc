@@ -1,5 +1,5 @@
 // Reading and writing TVM's serialized GPU device modules.
-#include "device/modules/device_module_blob.h"
+#include "device_module_blob.h"
 
 #include <cstring>
 

@@ -1,5 +1,5 @@
 // Opens the OpenCL ICD loader at run time and resolves the entry points.
-#include "device/opencl/cl_api.h"
+#include "cl_api.h"
 
 #include <dlfcn.h>
 

@@ -1,7 +1,7 @@
 // Profiling events of a profiled call's OpenCL commands (see event_recorder.h).
-#include "device/opencl/event_recorder.h"
+#include "event_recorder.h"
 
-#include "device/opencl/opencl_runtime.h"
+#include "opencl_runtime.h"
 #include "shapefn/opencl.h"
 
 namespace shapefn::opencl {

@@ -14,7 +14,7 @@
 
 #include <vector>
 
-#include "device/opencl/cl_api.h"
+#include "cl_api.h"
 #include "shapefn/device_timing.h"
 
 namespace shapefn::opencl {

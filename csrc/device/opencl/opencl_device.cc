@@ -3,8 +3,8 @@
 #include <map>
 #include <mutex>
 
-#include "device/opencl/event_recorder.h"
-#include "device/opencl/opencl_runtime.h"
+#include "event_recorder.h"
+#include "opencl_runtime.h"
 #include "shapefn/error.h"
 #include "shapefn/opencl.h"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "device/opencl/opencl_runtime.h"
+#include "opencl_runtime.h"
 #include "shapefn/error.h"
 
 namespace shapefn::opencl {

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "device/modules/device_module_blob.h"
-#include "device/opencl/event_recorder.h"
-#include "device/opencl/opencl_runtime.h"
+#include "device_module_blob.h"
+#include "event_recorder.h"
+#include "opencl_runtime.h"
 #include "shapefn/error.h"
 #include "shapefn/opencl.h"
 

@@ -1,9 +1,9 @@
 // Device discovery, device addresses and copies of shapefn's OpenCL runtime.
-#include "device/opencl/opencl_runtime.h"
+#include "opencl_runtime.h"
 
 #include <cstring>
 
-#include "device/opencl/event_recorder.h"
+#include "event_recorder.h"
 #include "shapefn/error.h"
 #include "shapefn/opencl.h"
 

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "device/opencl/cl_api.h"
+#include "cl_api.h"
 #include "shapefn/opencl.h"
 
 namespace shapefn::opencl {

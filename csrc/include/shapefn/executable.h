@@ -38,7 +38,7 @@ struct FunctionDef {
   std::vector<ParamSpec> params;
   std::vector<std::string> symbols;  // names of symbolic dimensions
   int64_t num_registers = 0;
-  std::vector<int64_t> code;        // bytecode words (the instruction set: csrc/vm/isa.def)
+  std::vector<int64_t> code;        // bytecode words (the instruction set: csrc/internal/isa.def)
   std::vector<SourceMark> sources;  // by increasing instruction
 
   // The source of instruction `pc`: "" where none is recorded.
@@ -52,11 +52,21 @@ struct ConstantDef {
   std::vector<uint8_t> bytes;
 };
 
+// A shape function the program calls, with the data-dependence mask it was
+// compiled under (one flag per input, or one for every input of a variadic
+// op): where the mask says true the program copies the input's value for it.
+// A VM refuses an executable whose mask differs from the one this process
+// registers for the op, unless the executable carries the function.
+struct ShapeFuncUse {
+  std::string op;  // a registry name
+  std::vector<bool> mask;
+};
+
 // A shape function the executable carries: one registered from Python,
 // compiled ahead of time to host code for each input signature the program
-// calls it with. A VM made from the executable uses it (with the mask it was
-// compiled under) in place of the registry's entry, so no registration is
-// needed where the executable runs.
+// calls it with. A VM made from the executable uses it (with the use's mask)
+// in place of the registry's entry, so no registration is needed where the
+// executable runs.
 struct CarriedShapeFunc {
   struct Build {
     std::string signature;           // per input "dtype:ndim", comma-separated: "int64:1,float32:4"
@@ -64,7 +74,6 @@ struct CarriedShapeFunc {
     std::vector<int64_t> out_ndims;  // the length of each output shape
   };
   int32_t shape_func = 0;  // index into shape_funcs
-  std::vector<bool> mask;  // one flag per input: true where the function reads the value
   int32_t num_outputs = 1;
   std::vector<Build> builds;
 };
@@ -73,8 +82,8 @@ struct CarriedShapeFunc {
 struct ExecutableParts {
   std::vector<FunctionDef> functions;
   std::vector<ConstantDef> constants;
-  std::vector<std::string> kernels;      // kernel names, resolved when a VM is created
-  std::vector<std::string> shape_funcs;  // registry op names
+  std::vector<std::string> kernels;  // kernel names, resolved when a VM is created
+  std::vector<ShapeFuncUse> shape_funcs;
   std::vector<CarriedShapeFunc> carried_shape_funcs;
   std::string kernel_library;  // file beside the executable, "" if none
   // The CPU features (LLVM's names) the library's host code may use: a VM
@@ -91,7 +100,7 @@ struct ExecutableParts {
 // name of its kernel library (checked again when a saved file is loaded).
 class Executable {
  public:
-  static constexpr uint32_t kFormatVersion = 5;
+  static constexpr uint32_t kFormatVersion = 6;
 
   // Throws Error(kFormat) naming the first problem.
   explicit Executable(ExecutableParts parts);
@@ -103,7 +112,7 @@ class Executable {
   const std::vector<FunctionDef>& functions() const { return parts_.functions; }
   const std::vector<ConstantDef>& constants() const { return parts_.constants; }
   const std::vector<std::string>& kernels() const { return parts_.kernels; }
-  const std::vector<std::string>& shape_funcs() const { return parts_.shape_funcs; }
+  const std::vector<ShapeFuncUse>& shape_funcs() const { return parts_.shape_funcs; }
   const std::vector<CarriedShapeFunc>& carried_shape_funcs() const { return parts_.carried_shape_funcs; }
   // The carried shape function of shape_funcs()[index], or null.
   const CarriedShapeFunc* CarriedShapeFuncOf(size_t index) const;

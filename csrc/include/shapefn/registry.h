@@ -43,14 +43,23 @@ struct ShapeFuncEntry {
 
 using ShapeFuncEntryPtr = std::shared_ptr<const ShapeFuncEntry>;
 
+// "[False, True]": a mask as Python writes it, for messages.
+std::string FormatMask(const std::vector<bool>& mask);
+
 class ShapeFuncRegistry {
  public:
   static ShapeFuncRegistry& Global();
 
-  // Adds or replaces the entry for `entry.name` (or the op it aliases).
-  // Higher level wins; a lower level is ignored; an equal level raises unless
-  // `override_equal`. A mask whose length differs from the known arity raises.
-  // Returns true when the entry took effect.
+  // The mask `mask` stands for, for `name` with `arity` inputs (-1 when
+  // unknown): a single flag is repeated for each input; any other mask has
+  // exactly one flag per input, as many as `arity` and as `name`'s
+  // registered entry take. Throws Error(kValue) naming the op, the mask and
+  // the lengths. The only place a mask is validated.
+  std::vector<bool> ResolveMask(const std::string& name, std::vector<bool> mask, int arity) const;
+  // Adds or replaces the entry for `entry.name` (or the op it aliases), its
+  // mask resolved as ResolveMask does. Higher level wins; a lower level is
+  // ignored; an equal level raises unless `override_equal`. Returns true
+  // when the entry took effect.
   bool Register(ShapeFuncEntry entry, bool override_equal);
   void AddAlias(const std::string& alias, const std::string& canonical);
 
@@ -63,6 +72,7 @@ class ShapeFuncRegistry {
 
  private:
   std::string CanonicalLocked(const std::string& name) const;
+  std::vector<bool> ResolveMaskLocked(const std::string& canonical, std::vector<bool> mask, int arity) const;
 
   mutable std::mutex mutex_;
   std::map<std::string, ShapeFuncEntryPtr> entries_;

@@ -91,7 +91,7 @@ inline Program LoadProgram(const std::string& path) { return LoadProgram(Executa
 inline std::vector<std::string> MissingShapeFuncs(const Executable& exe) {
   std::vector<std::string> missing;
   for (size_t i = 0; i < exe.shape_funcs().size(); ++i) {
-    const std::string& op = exe.shape_funcs()[i];
+    const std::string& op = exe.shape_funcs()[i].op;
     if (exe.CarriedShapeFuncOf(i) == nullptr && !ShapeFuncRegistry::Global().Contains(op)) missing.push_back(op);
   }
   return missing;

@@ -20,8 +20,8 @@ _TENSOR_TO_SHAPE = tvm.ir.Op.get("relax.tensor_to_shape")
 _TYPES_WITH_SIZES = (relax.TensorType, relax.ShapeType, relax.TupleType, tvm.ir.PrimType)
 
 
-@tvm.transform.module_pass(opt_level=0, name="shapefn.ScheduleCountReads")
-class ScheduleCountReads:
+@tvm.transform.module_pass(opt_level=0, name="shapefn.ReadCountsTogether")
+class ReadCountsTogether:
     """Batches the count reads of each phase (see the module's docstring)."""
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
@@ -102,7 +102,7 @@ def _schedule(block: relax.BindingBlock) -> relax.BindingBlock:
                 out.append(b)
         out.extend(_read_together(reads, dataflow))
         if len(later) == len(waiting):
-            raise RuntimeError("shapefn.ScheduleCountReads: bindings wait on one another")  # a cycle: a bug
+            raise RuntimeError("shapefn.ReadCountsTogether: bindings wait on one another")  # a cycle: a bug
         waiting = later
     cls = relax.DataflowBlock if dataflow else relax.BindingBlock
     return cls(out)

@@ -13,7 +13,7 @@ namespace shapefn {
 
 enum class Opcode : uint8_t {
 #define SHAPEFN_OP(name, ...) k##name,
-#include "vm/isa.def"
+#include "isa.def"
 #undef SHAPEFN_OP
   kCount
 };
@@ -138,7 +138,7 @@ class OperandView {
 // k<Name>Operands: the operand specs of each instruction.
 #define SHAPEFN_OP(name, mnemonic, check, ...) \
   inline constexpr OperandSpec k##name##Operands[] = {SHAPEFN_FOR_EACH_OPERAND(SHAPEFN_OPERAND_SPEC, __VA_ARGS__)};
-#include "vm/isa.def"
+#include "isa.def"
 #undef SHAPEFN_OP
 
 template <size_t N>
@@ -150,7 +150,7 @@ constexpr int NumLists(const OperandSpec (&specs)[N]) {
 // Instruction::list_offset has room for every entry's lists.
 #define SHAPEFN_OP(name, mnemonic, check, ...) \
   static_assert(NumLists(k##name##Operands) <= kMaxLists, #name " has more lists than Instruction holds");
-#include "vm/isa.def"
+#include "isa.def"
 #undef SHAPEFN_OP
 
 // ops::<Name>: an instruction's operands by name.
@@ -160,7 +160,7 @@ constexpr int NumLists(const OperandSpec (&specs)[N]) {
     using OperandView::OperandView;                                 \
     SHAPEFN_FOR_EACH_OPERAND(SHAPEFN_OPERAND_ACCESSOR, __VA_ARGS__) \
   };
-#include "vm/isa.def"
+#include "isa.def"
 #undef SHAPEFN_OP
 
 // Whether two instructions have the same operands (names, kinds, roles):

@@ -1,4 +1,4 @@
-"""Readback scheduling alone (compiler/schedule.py): readbacks that are
+"""Readback scheduling alone (compiler/readback_order.py): readbacks that are
 ready together form one group (one sync), after all other ready work; no
 dependency is broken."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
-from shapefn.compiler import schedule
+from shapefn.compiler import readback_order
 
 
 @I.ir_module
@@ -49,7 +49,7 @@ def bindings():
 
 
 def test_ready_readbacks_wait_together_after_other_work():
-    groups = names(schedule.schedule(bindings()))
+    groups = names(readback_order.order_bindings(bindings()))
     readbacks = [g for g in groups if g[0].startswith("s") and g[0] not in ("sm", "sk", "sj")]
     assert readbacks == [["sa", "sb", "sc"], ["st"]]  # two syncs: st depends on sa's value
     # Everything not waiting on a readback runs before the first one: the
@@ -61,7 +61,7 @@ def test_ready_readbacks_wait_together_after_other_work():
 
 
 def test_no_dependency_broken():
-    order = [b.var.name for group in schedule.schedule(bindings()) for b in group]
+    order = [b.var.name for group in readback_order.order_bindings(bindings()) for b in group]
     kernels = [i for i, n in enumerate(order) if n == "_"]
     assert len(kernels) == 3  # the two kernels and the kill
     assert order.index("ca") < kernels[0] < order.index("sc")      # alloc, write, read back
@@ -73,12 +73,12 @@ def test_no_dependency_broken():
 
 def test_is_readback():
     b = bindings()
-    assert [b.var.name for b in b if schedule.is_readback(b)] == ["sa", "sb", "sc", "st"]
+    assert [b.var.name for b in b if readback_order.is_readback(b)] == ["sa", "sb", "sc", "st"]
 
 
 def test_single_binding_is_one_group():
     (first,) = bindings()[:1]
-    assert names(schedule.schedule([first])) == [["sa"]]
+    assert names(readback_order.order_bindings([first])) == [["sa"]]
 
 
 @I.ir_module
@@ -96,7 +96,7 @@ class Branches:
 
 
 def test_module_pass_schedules_every_block_including_branches():
-    result = schedule.schedule_module(Branches)
+    result = readback_order.order_module(Branches)
     if_binding = Branches["main"].body.blocks[0].bindings[0]
     (then_block,) = if_binding.value.true_branch.blocks
     (else_block,) = if_binding.value.false_branch.blocks

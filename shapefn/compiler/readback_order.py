@@ -6,7 +6,7 @@ would cost one sync per class. This list scheduler keeps every dependency but
 runs all other ready work first and issues the readbacks that are ready at
 the same time as one group: one sync per phase of the graph.
 
-``schedule_module`` is the pass: every binding block of every Relax
+``order_module`` is the pass: every binding block of every Relax
 function of a module (If branches included) as its emission groups, which
 code generation emits in order, a group of readbacks as one instruction.
 
@@ -57,7 +57,7 @@ def _writes(binding, allocated: set[int]) -> set[int]:
     return set()
 
 
-def schedule(bindings) -> list[list]:
+def order_bindings(bindings) -> list[list]:
     """The bindings as emission groups, in an order that respects every
     dependency: a group is one binding, or several readbacks to batch."""
     n = len(bindings)
@@ -129,7 +129,7 @@ def schedule(bindings) -> list[list]:
 
 
 @dataclass
-class ReadbackSchedule:
+class ReadbackOrder:
     """The emission groups of each binding block of a module (by the block's
     identity, ``placement.key``)."""
 
@@ -139,18 +139,18 @@ class ReadbackSchedule:
         return self.groups[key(block)]
 
 
-def schedule_module(mod: tvm.IRModule) -> ReadbackSchedule:
+def order_module(mod: tvm.IRModule) -> ReadbackOrder:
     """The readback-scheduling pass over every Relax function of ``mod``."""
-    out = ReadbackSchedule()
+    out = ReadbackOrder()
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
             _schedule_seq(func.body, out)
     return out
 
 
-def _schedule_seq(seq: relax.SeqExpr, out: ReadbackSchedule) -> None:
+def _schedule_seq(seq: relax.SeqExpr, out: ReadbackOrder) -> None:
     for block in seq.blocks:
-        out.groups[key(block)] = schedule(list(block.bindings))
+        out.groups[key(block)] = order_bindings(list(block.bindings))
         for binding in block.bindings:
             if isinstance(binding.value, relax.If):
                 _schedule_seq(binding.value.true_branch, out)

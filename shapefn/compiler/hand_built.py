@@ -10,11 +10,11 @@ from collections.abc import Collection, Mapping
 import tvm
 from tvm import tirx
 
-from . import kernel_cache
-from .compiler import target_schedule
-from .compiler.kernels import count
-from .compiler.kernels.elementwise import scale
-from .compiler.kernels.slicing import roi_params, strided_slice, strided_slice_scalar
+from .. import kernel_cache
+from . import target_schedule
+from .kernels import count
+from .kernels.elementwise import scale
+from .kernels.slicing import roi_params, strided_slice, strided_slice_scalar
 
 __all__ = ["build", "nonzero_1d", "roi_params", "scale", "strided_slice", "strided_slice_scalar"]
 
