@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 
 import tvm_ffi
 
-from . import _core, config, te_shape_func
+from . import _core, config
+from .compiler import te_shape_func
 
 MaskLike = bool | Sequence[bool]
 

@@ -28,7 +28,7 @@ from test_onnx_mask_head import detections, mask_head_model
 
 import shapefn
 from conftest import ProfilingExample
-from shapefn import cuda_fatbin, kernel_cache
+from shapefn.compiler import cuda_fatbin, kernel_cache
 from shapefn.frontend import from_onnx
 
 pytestmark = pytest.mark.tvm_compile  # (left out of the sanitized run)

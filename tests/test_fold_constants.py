@@ -7,7 +7,7 @@ from tvm import relax, tirx
 
 import shapefn
 from conftest import DEVICES, opencl, run_on_devices
-from shapefn import kernel_cache
+from shapefn.compiler import kernel_cache
 from shapefn.compiler.fold_constants import fold_constant_kernels
 from shapefn.compiler.legalize import legalize_map
 

@@ -17,8 +17,8 @@ from tvm.s_tir import dlight
 from tvm.script import tirx as T
 
 import shapefn
-from shapefn import kernel_cache
 from shapefn.compiler import hand_built as kernels
+from shapefn.compiler import kernel_cache
 from shapefn.compiler.relax_passes import without_fusion
 
 pytestmark = pytest.mark.tvm_compile  # (left out of the sanitized run)
@@ -262,7 +262,7 @@ _COMPILE_FOR_OPENCL = """
 import json, sys, shapefn
 sys.path.insert(0, {tests!r})
 from test_kernel_cache import many_sizes
-from shapefn import kernel_cache
+from shapefn.compiler import kernel_cache
 shapefn.set_cache_dir({cache!r})
 shapefn.compile(many_sizes(), "opencl")
 print(json.dumps(kernel_cache.stats().misses))

@@ -18,8 +18,9 @@ from tvm.s_tir import dlight
 
 import shapefn
 from conftest import opencl
-from shapefn import Param, ProgramBuilder, kernel_cache
+from shapefn import Param, ProgramBuilder
 from shapefn.compiler import hand_built as kernels
+from shapefn.compiler import kernel_cache
 
 TARGET = tvm.target.Target("opencl", host="llvm")
 

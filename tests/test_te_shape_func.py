@@ -7,8 +7,9 @@ import pytest
 import tvm
 from tvm import te, tirx
 
-from shapefn import config, kernel_cache
-from shapefn import te_shape_func as tsf
+from shapefn import config
+from shapefn.compiler import kernel_cache
+from shapefn.compiler import te_shape_func as tsf
 from shapefn.errors import DataDependenceError, OverDeclaredWarning
 
 SLICE_MASK = [False, True, True, True]

@@ -46,7 +46,8 @@ import time
 
 import numpy as np
 
-from .. import config, devices, kernel_cache
+from .. import config, devices
+from ..compiler import kernel_cache
 from ..compiler.compile import compile as compile_relax
 from ..frontend import from_onnx
 from ..vm import VirtualMachine
@@ -56,7 +57,7 @@ DEFAULT_MODELS = ["ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_larg
 TORCHVISION_FAMILY = ["retinanet_resnet50_fpn_op17", "fcos_resnet50_fpn_op17", "ssd300_vgg16_op17",
                       "keypointrcnn_resnet50_fpn_op17", "maskrcnn_resnet50_fpn_op17"]
 # transformers' BERT and GPT-2 classes, small (tests/data/export_transformers.py).
-TRANSFORMERS = ["bert_tiny_op23", "bert_tiny_op17", "gpt2_tiny_op23"]
+TRANSFORMERS = ["bert_tiny_op23", "bert_tiny_op17", "gpt2_tiny_op23", "gpt2_tiny_op18"]
 GROUPS = {"torchvision": TORCHVISION_FAMILY, "pypi": list(pypi_models.MODELS), "transformers": TRANSFORMERS,
           "all": DEFAULT_MODELS + TORCHVISION_FAMILY + list(pypi_models.MODELS)}
 # The image sizes (height, width) the graphs of tests/data run at.

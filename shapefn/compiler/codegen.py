@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import relax, tirx
 
-from .. import registry, te_shape_func
+from .. import registry
 from ..builder import Label, Param, ProgramBuilder, Reg
-from . import sources
+from . import sources, te_shape_func
 from .copies import ConstantTable, Copies
 from .placement import ALLOC_TENSOR, HOST, ModulePlacement, Placement, is_prim, is_tensor_const, key
 from .readback_order import KILLS, ReadbackOrder

@@ -15,10 +15,9 @@ import gc
 
 import tvm
 
-from .. import cuda_fatbin, kernel_cache
 from ..executable import Executable
 from ..progress import QUIET, Progress
-from . import codegen, host_params, placement, readback_order, target_schedule
+from . import codegen, cuda_fatbin, host_params, kernel_cache, placement, readback_order, target_schedule
 from .lower_dynamic import lower_dynamic_ops
 from .relax_passes import lower
 

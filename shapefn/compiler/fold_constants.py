@@ -17,8 +17,7 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
-from .. import kernel_cache
-from . import target_schedule
+from . import kernel_cache, target_schedule
 from .placement import is_tensor_const, key
 
 _CALL_TIR = "relax.call_tir"

@@ -10,8 +10,7 @@ from collections.abc import Collection, Mapping
 import tvm
 from tvm import tirx
 
-from .. import kernel_cache
-from . import target_schedule
+from . import kernel_cache, target_schedule
 from .kernels import count
 from .kernels.elementwise import scale
 from .kernels.slicing import roi_params, strided_slice, strided_slice_scalar

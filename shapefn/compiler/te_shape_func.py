@@ -36,9 +36,9 @@ import tvm
 import tvm_ffi
 from tvm import te, tirx
 
-from . import _core, config, kernel_cache
-from .compiler import target_schedule
-from .errors import DataDependenceError, OverDeclaredWarning
+from .. import _core, config
+from ..errors import DataDependenceError, OverDeclaredWarning
+from . import kernel_cache, target_schedule
 
 Signature = list[tuple[str, int]]
 SignatureLike = str | Sequence[tuple[str, int]]

@@ -53,8 +53,9 @@ import tvm
 import tvm_ffi
 from tvm.support import cc
 
-from . import config, cuda_fatbin, libraries
-from .progress import QUIET, Progress
+from .. import config, libraries
+from ..progress import QUIET, Progress
+from . import cuda_fatbin
 
 _DIGEST_BYTES = hashlib.sha256().digest_size
 _SYMBOL_PREFIX = "shapefn_kernel_"
