@@ -44,7 +44,7 @@ def legalize_map(gpu: bool = False) -> dict:
     (``target_schedule.kernel_form``)."""
     # GEMM-like ops by constant weights, as register-tiled CPU kernels
     cpu_gemms = {"relax.nn.conv2d": legalize_conv2d, "relax.nn.conv2d_transpose": legalize_conv2d_transpose,
-                 "relax.matmul": legalize_matmul, "relax.vision.roi_align": legalize_roi_align}
+                 "relax.vision.roi_align": legalize_roi_align}
     return {"relax.broadcast_to": legalize_broadcast_to, "relax.image.resize2d": legalize_resize2d,
             "relax.concat": functools.partial(legalize_concat, gpu=gpu),
             "relax.scatter_elements": functools.partial(legalize_scatter_elements, gpu=gpu),
@@ -58,6 +58,8 @@ def legalize_map(gpu: bool = False) -> dict:
             "relax.min": functools.partial(legalize_reduction, op="min"),
             "relax.mean": functools.partial(legalize_reduction, op="mean"),
             "relax.take": legalize_take, "relax.gather_nd": legalize_gather_nd,
+            "relax.matmul": functools.partial(legalize_matmul, gpu=gpu),
+            "relax.nn.softmax": legalize_softmax,
             "relax.gather_elements": legalize_gather_elements,
             **{op: legalize_reshape for op in RESHAPES},
             **({"relax.vision.roi_align": legalize_roi_align_gpu} if gpu else cpu_gemms)}
@@ -91,17 +93,47 @@ def legalize_roi_align_gpu(bb: relax.BlockBuilder, call: relax.Call) -> relax.Ex
     return legalized
 
 
-def legalize_matmul(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """A CPU matmul of a float32 matrix by a constant one as ``cpu_dense``'s
-    register-tiled kernel, its weight packed here; any other as TVM's."""
+def legalize_matmul(bb: relax.BlockBuilder, call: relax.Call, gpu: bool = False) -> relax.Expr:
+    """A half-precision matmul accumulating in float32 (as numpy, ONNX's
+    reference and GPU libraries do: summed in float16, a row of 64 products
+    is 2 ulp off); a CPU matmul of a float32 matrix by a constant one as
+    ``cpu_dense``'s register-tiled kernel, its weight packed here; any other
+    as TVM's."""
     data, other = call.args
     dtype = str(call.attrs.out_dtype or data.ty.dtype)
-    if not is_tensor_const(other) or data.ty.ndim != 2 or other.ty.ndim != 2 \
+    if dtype == "float16" and {str(data.ty.dtype), str(other.ty.dtype)} == {"float16"}:
+        wide = bb.emit(_default_legalization(bb, bb.normalize(relax.op.matmul(data, other, out_dtype="float32"))))
+        return bb.call_te(topi.cast, wide, "float16", primfunc_name_hint="cast")
+    if gpu or not is_tensor_const(other) or data.ty.ndim != 2 or other.ty.ndim != 2 \
             or {str(data.ty.dtype), str(other.ty.dtype), dtype} != {"float32"}:
         return _default_legalization(bb, call)  # (a transposed constant is folded to one: relax_passes)
     weight = other.value.numpy()
     packed = relax.const(cpu_dense.pack_weight(weight, _vector_lanes()))
     return bb.call_te(cpu_dense.dense_te, data, packed, int(weight.shape[1]), dtype, primfunc_name_hint="dense")
+
+
+def legalize_softmax(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """A half-precision softmax rounded as numpy rounds it (ONNX's reference):
+    each exponential and the division computed in float32 and rounded to
+    float16, the exponentials summed in float32 and the sum rounded once
+    (summed in float16, the sum drifts by ulps); any other as TVM's."""
+    (data,) = call.args
+    if str(data.ty.dtype) != "float16":
+        return _default_legalization(bb, call)
+    return bb.call_te(_half_softmax, data, int(call.attrs.axis) % data.ty.ndim, primfunc_name_hint="softmax")
+
+
+def _half_softmax(x: te.Tensor, axis: int) -> te.Tensor:
+    def wide(t):
+        return topi.cast(t, "float32")
+
+    def half(t):
+        return topi.cast(t, "float16")
+
+    shifted = topi.subtract(x, topi.max(x, axis=axis, keepdims=True))
+    exps = half(topi.exp(wide(shifted)))
+    total = half(topi.sum(wide(exps), axis=axis, keepdims=True))
+    return half(topi.divide(wide(exps), wide(total)))
 
 
 def legalize_conv2d_transpose(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
