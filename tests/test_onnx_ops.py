@@ -12,6 +12,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import shapefn
+from shapefn.frontend import from_onnx
+
 F, I64, I32, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
 rng = np.random.default_rng(0)
 
@@ -71,6 +74,14 @@ def elementwise_cases():
         yield f"{op}-float", *binary(op)
     for op in ("Add", "Sub", "Mul", "Div"):  # shape arithmetic
         yield f"{op}-int64", *binary(op, I64)
+    # Converters of shapefn's own: LpNormalization (a zero row stays 0), EyeLike's dtype.
+    for p_norm in (1, 2):
+        m = model([node("LpNormalization", ["x"], ["y"], p=p_norm, axis=0)], [("x", F, ["N", 5])], [("y", F, None)])
+        yield f"LpNormalization-p{p_norm}", m, [[np.vstack([uniform((3, 5)), np.zeros((1, 5), np.float32)])],
+                                                 [uniform((1, 5))], [uniform((0, 5))]]
+    yield "EyeLike-dtype", model([node("EyeLike", ["x"], ["y"], k=1, dtype=TensorProto.DOUBLE)],
+                                 [("x", TensorProto.INT32, ["N", 4])], [("y", TensorProto.DOUBLE, None)]), \
+        [[np.zeros((n, 4), np.int32)] for n in (3, 5, 0)]
 
 
 def cases(*generators):
@@ -79,6 +90,20 @@ def cases(*generators):
 
 
 ELEMENTWISE = cases(elementwise_cases)
+
+
+def test_elu_of_float16_matches_onnxruntime():
+    """On sim (PoCL's CPU device has no half precision): computed in float32
+    and rounded once, as onnxruntime computes it."""
+    import onnxruntime as ort
+
+    half = TensorProto.FLOAT16
+    m = model([node("Elu", ["x"], ["y"], alpha=0.5)], [("x", half, ["N", 5])], [("y", half, None)])
+    vm = shapefn.VirtualMachine(shapefn.compile(from_onnx(m), "sim"), shapefn.sim(strict=True))
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n in (3, 0):
+        x = uniform((n, 5)).astype(np.float16)
+        np.testing.assert_array_equal(vm(x).numpy(), session.run(None, {"x": x})[0])
 
 
 @pytest.mark.parametrize("case", ELEMENTWISE)

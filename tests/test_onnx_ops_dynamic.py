@@ -153,6 +153,11 @@ def pad_resize_cases():
                                      [("x", F, ["H", "W"]), ("p", I64, [4]), ("v", F, [])], [("y", F, None)]), \
         [[uniform((2, 3)), i64(1, 0, 0, 2), np.array(-1.5, np.float32)], [uniform((0, 3)), i64(0, 0, 2, 1),
                                                                            np.array(7, np.float32)]]
+    # Pads for the listed axes only (opset 18): constant axes, negative ones too, runtime pads.
+    yield "Pad-axes", model([node("Pad", ["x", "p", "", "axes"], ["y"], mode="edge")],
+                            [("x", F, [2, "H", "W"]), ("p", I64, [4])], [("y", F, None)], {"axes": i64(-1, 1)},
+                            opset=18), \
+        [[uniform((2, 3, 4)), i64(1, 0, 2, 1)], [uniform((2, 1, 2)), i64(0, 3, 0, 0)]]
     # torch's F.pad as exported: Concat(pads, zeros) -> [-1, 2] -> reversed ->
     # transposed -> flat ONNX pads, from a runtime [left, right, top, bottom].
     yield "Pad-torch-chain", model(

@@ -1,4 +1,5 @@
-"""ONNX's Reduce* operators with ``axes`` given at run time (a graph input):
+"""ONNX's Reduce* operators with ``axes`` given at run time (a graph input),
+and CumSum / CumProd with their ``axis`` given at run time or constant:
 which axes are reduced is a value, read by the shape function
 ``shapefn.reduce_axes``. Each model runs on a strict sim and on opencl
 (``onnx_check``) against onnxruntime, with several axes vectors, negative
@@ -60,3 +61,32 @@ def test_only_the_axes_cross_to_the_host():
     out = vm(data, i64(0, 2))
     assert (vm.counters["d2h_copies"], vm.counters["d2h_bytes"]) == (1, 2 * 8)  # the axes, for the shape
     np.testing.assert_allclose(out.numpy(), data.mean(axis=(0, 2)), rtol=1e-5, atol=1e-6)
+
+
+def cumulative_model(op, exclusive, reverse, axis=None):
+    """``op`` of x [A, B, C] along ``axis`` (a graph input when None)."""
+    inits = {} if axis is None else {"axis": np.array(axis, np.int64)}
+    inputs = [("x", F, ["A", "B", "C"])] + ([("axis", I64, [])] if axis is None else [])
+    return model([node(op, ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)], inputs,
+                 [("y", F, None)], inits, opset=26 if op == "CumProd" else 14)
+
+
+@pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("op", ["CumSum", "CumProd"])
+def test_cumulative_along_an_axis_given_at_run_time_matches_onnxruntime(onnx_check, op, exclusive, reverse):
+    lo, hi = (0.5, 1.5) if op == "CumProd" else (-3.0, 3.0)
+    onnx_check(cumulative_model(op, exclusive, reverse),
+               [[uniform((3, 4, 5), lo, hi), np.array(axis, np.int64)] for axis in (0, 1, 2, -1, -3)]
+               + [[uniform((2, 0, 3), lo, hi), np.array(1, np.int64)]], atol=1e-5)
+
+
+@pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 1)])
+@pytest.mark.parametrize("op, axis", [("CumSum", 1), ("CumProd", -1)])
+def test_cumulative_along_a_constant_axis_matches_onnxruntime(onnx_check, op, axis, exclusive, reverse):
+    onnx_check(cumulative_model(op, exclusive, reverse, axis), [[uniform((3, 4, 5), 0.5, 1.5)]], atol=1e-5)
+
+
+def test_a_cumulative_axis_out_of_range_is_refused_naming_it():
+    vm = shapefn.VirtualMachine(shapefn.compile(from_onnx(cumulative_model("CumSum", 0, 0)), "sim"), shapefn.sim())
+    with pytest.raises(ValueError, match="out of range"):
+        vm(uniform((2, 3, 4)), np.array(3, np.int64))

@@ -47,10 +47,22 @@ def check_operators(model: onnx.ModelProto, supported: set[str], where: str = ""
         if value.name not in initialized and kind in ("sequence_type", "optional_type", "map_type"):
             raise UnsupportedOnnxOp(f"graph input '{value.name}' is a {kind.split('_')[0]}: shapefn takes tensors "
                                     "as inputs (sequences made inside the model are supported)")
+        elem_type = value.type.tensor_type.elem_type if kind == "tensor_type" else 0
+        if value.name not in initialized and elem_type in _NOT_TAKEN:
+            name = onnx.TensorProto.DataType.Name(elem_type)
+            raise UnsupportedOnnxOp(f"graph input '{value.name}' is a tensor of {name}: shapefn's VM takes bool, "
+                                    "integer and float16/32/64 tensors")
     if unsupported:
         listing = "; ".join(f"{op} (node{'s' if len(nodes) > 1 else ''} {', '.join(nodes)})"
                             for op, nodes in sorted(unsupported.items()))
         raise UnsupportedOnnxOp(f"ONNX operators not supported{where}: {listing}", unsupported)
+
+
+# Element types the VM's arguments cannot have (numpy has no such types;
+# ml_dtypes' are not taken).
+_T = onnx.TensorProto
+_NOT_TAKEN = {_T.BFLOAT16, _T.FLOAT8E4M3FN, _T.FLOAT8E4M3FNUZ, _T.FLOAT8E5M2, _T.FLOAT8E5M2FNUZ, _T.UINT4, _T.INT4,
+              _T.FLOAT4E2M1, _T.FLOAT8E8M0, _T.UINT2, _T.INT2}
 
 
 def check_nodes(model: onnx.ModelProto) -> None:

@@ -1,7 +1,7 @@
 """shapefn's ONNX converters for network layers where TVM's converter gives
 another result than ONNX defines or needs sizes known at import time:
 normalizations (their statistics outputs, training-mode running
-statistics) and MaxPool with SAME padding or ``ceil_mode`` over sizes
+statistics; LpNormalization, which TVM lacks) and MaxPool with SAME padding or ``ceil_mode`` over sizes
 known only at run time. Registered in ``onnx_converters.CONVERTERS`` when
 imported (``onnx.py`` imports this module)."""
 from __future__ import annotations
@@ -148,3 +148,21 @@ def _static_pool_pads(mode: str, window: int, stride: int, before: int, after: i
         if (size + before + padded_after - window) // stride + 1 != count(size):
             return None
     return before, padded_after
+
+
+@converter("LpNormalization")
+def lp_normalization(importer, inputs, attrs, opset):
+    """``x`` divided by its L1 or L2 norm along ``axis``; 0 where the norm
+    is 0, as ONNX's reference."""
+    bb = importer.bb
+    x = as_tensor(bb, inputs[0])
+    p, axis = int(attrs.get("p", 2)), int(attrs.get("axis", -1))
+    if p not in (1, 2):
+        raise ValueError(f"LpNormalization's p must be 1 or 2, got {p}")
+    if p == 1:
+        norm = relax.op.sum(relax.op.abs(x), axis=[axis], keepdims=True)
+    else:
+        norm = relax.op.sqrt(relax.op.sum(relax.op.multiply(x, x), axis=[axis], keepdims=True))
+    norm = bb.normalize(norm)
+    zero = relax.const(np.zeros((), str(x.ty.dtype)), str(x.ty.dtype))
+    return relax.op.where(relax.op.equal(norm, zero), zero, relax.op.divide(x, norm))

@@ -1,7 +1,8 @@
 """shapefn's ONNX converters for elementwise operators whose edge cases
 TVM's converters get wrong (each found by ONNX's conformance suite):
 shifts by the type's width or more, ``IsInf``'s sign flags, ``Mod`` by an
-infinity, ``Pow`` of integers, ``Dropout``'s mask type and training mode.
+infinity, ``Pow`` of integers, ``Dropout``'s mask type and training mode,
+``Elu`` of half-precision data, ``EyeLike`` of another type than its input.
 Registered in ``onnx_converters.CONVERTERS`` when imported (``onnx.py``
 imports this module)."""
 from __future__ import annotations
@@ -304,3 +305,32 @@ def conv(importer, inputs, attrs, opset):
     wide += [None] * (3 - len(wide))  # (data, weight, bias: TVM's converter reads all three)
     result = bb.normalize(tvm_converter(importer, "Conv", wide, attrs, opset))
     return relax.op.astype(result, "float16")
+
+
+@converter("Elu")
+def elu(importer, inputs, attrs, opset):
+    """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere, in ``x``'s
+    type (TVM's converter mixes in float32 constants); float16 data in
+    float32, as onnxruntime computes it."""
+    bb = importer.bb
+    x = as_tensor(bb, inputs[0])
+    dtype = _dtype(x)
+    if dtype == "float16":  # (computed in float32, as onnxruntime does)
+        wide = elu(importer, [bb.normalize(relax.op.astype(x, "float32"))], attrs, opset)
+        return relax.op.astype(bb.normalize(wide), dtype)
+    alpha = _scalar(float(attrs.get("alpha", 1.0)), dtype)
+    zero, one = _scalar(0, dtype), _scalar(1, dtype)
+    negative = relax.op.multiply(alpha, relax.op.subtract(relax.op.exp(x), one))
+    return relax.op.where(relax.op.greater(x, zero), x, negative)
+
+
+@converter("EyeLike")
+def eye_like(importer, inputs, attrs, opset):
+    """Ones on the ``k``-th diagonal of a matrix shaped like the input, of
+    the ``dtype`` attribute's type (the input's when absent)."""
+    bb = importer.bb
+    x = as_tensor(bb, inputs[0])
+    dtype = attrs.get("dtype")
+    dtype = _dtype(x) if dtype is None else str(onnx.helper.tensor_dtype_to_np_dtype(int(dtype)))
+    eye = bb.normalize(relax.op.eye_like(x, int(attrs.get("k", 0))))  # (TVM's legalization keeps x's type)
+    return eye if dtype == _dtype(x) else relax.op.astype(eye, dtype)

@@ -1,5 +1,6 @@
 """shapefn's ONNX converters for the ``Reduce*`` operators whose ``axes``
-input is known only at run time (a graph input, or computed by the model).
+input is known only at run time (a graph input, or computed by the model),
+and for ``CumSum`` and ``CumProd``, whose ``axis`` is an input too.
 TVM's converters take constant axes only; with those they are used as they
 are.
 
@@ -102,3 +103,59 @@ def _register(op_type: str) -> None:
 for _op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
             "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"):
     _register(_op)
+
+
+def _cumulative(x: te.Tensor, kept: list, op: str, exclusive: bool, reverse: bool) -> te.Tensor:
+    """The running ``op`` ("sum" or "prod") of ``x`` along the axis ``kept``
+    keeps as 1: each output element reduces a window over that axis, the
+    elements up to it (from it, ``reverse``; itself left out, ``exclusive``)."""
+    ndim, dtype = len(x.shape), str(x.dtype)
+    extents = [x.shape[d] - kept[d] + 1 for d in range(ndim)]  # (the axis' length there, 1 elsewhere)
+    axes = [te.reduce_axis((0, extents[d]), f"k{d}") for d in range(ndim)]
+    identity = tirx.const(0 if op == "sum" else 1, dtype)
+    reducer = te.sum if op == "sum" else _product()
+
+    def element(*i):
+        along = [tirx.Or(extents[d] == 1, _before(axes[d], i[d], exclusive, reverse)) for d in range(ndim)]
+        index = tuple(tirx.Select(extents[d] == 1, i[d], axes[d]) for d in range(ndim))
+        return reducer(tirx.Select(functools.reduce(tirx.And, along), x[index], identity), axis=axes)
+
+    return te.compute(x.shape, element, name=f"cum{op}")
+
+
+def _before(k, i, exclusive: bool, reverse: bool):
+    if reverse:
+        return k > i if exclusive else k >= i
+    return k < i if exclusive else k <= i
+
+
+def _register_cumulative(op_type: str, op: str) -> None:
+    @converter(op_type)
+    def convert(importer, inputs, attrs, opset):
+        bb = importer.bb
+        data = as_tensor(bb, inputs[0])
+        exclusive, reverse = bool(attrs.get("exclusive", 0)), bool(attrs.get("reverse", 0))
+        constant = const_value(importer, inputs[1])
+        if constant is not None and constant.size == 1:
+            ndim = ndim_of(data)
+            axis = int(constant.reshape(()))
+            if not -ndim <= axis < ndim:
+                raise ValueError(f"{op_type}'s axis {axis} is out of range for rank {ndim}")
+            x = bb.normalize(relax.op.flip(data, axis)) if reverse else data
+            cumulative = relax.op.cumsum if op == "sum" else relax.op.cumprod
+            y = bb.normalize(cumulative(x, axis % ndim, exclusive=exclusive))
+            return relax.op.flip(y, axis) if reverse else y
+        axis = as_tensor(bb, inputs[1], "int64")
+        if ndim_of(axis) > 1 or (ndim_of(axis) == 1 and _length(axis) != 1):
+            raise ValueError(f"{op_type}'s axis must be a scalar or a 1-element vector, got rank {ndim_of(axis)}")
+        ndim = ndim_of(data)
+        kept, _ = emit_shape(bb, "shapefn.reduce_axes", [data, axis], [ndim, ndim], [1], prefix="cum")
+        return bb.emit_te(_cumulative, data, kept, op, exclusive, reverse, primfunc_name_hint=f"cum{op}")
+
+    convert.__doc__ = (f"{op_type}, ``exclusive`` and ``reverse`` included: along a constant axis as Relax's "
+                       "scan; along an axis given at run time (validated by ``shapefn.reduce_axes``, which "
+                       "keeps it as 1) by one kernel of windows.")
+
+
+_register_cumulative("CumSum", "sum")
+_register_cumulative("CumProd", "prod")
