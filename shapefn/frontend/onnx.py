@@ -503,8 +503,9 @@ def from_onnx(model, shape_dict: dict | None = None) -> tvm.IRModule:
     check_operators(model, converted | defined)
     check_nodes(model)
     if defined:
-        model = fold_constant_sizes(expand_functions(model, converted, DEFAULT_DOMAINS))
+        model = expand_functions(model, converted, DEFAULT_DOMAINS)
         check_operators(model, converted, f" in ONNX's definition of {', '.join(sorted(defined))}")
+    model = fold_constant_sizes(model)
     check_shapes(model)
     opset = opset_of(model, DEFAULT_DOMAINS)
     importer = _Importer(shape_dict, "float32", keep_params_in_input=False, sanitize=True)

@@ -81,7 +81,10 @@ def fold_constant_sizes(model: onnx.ModelProto) -> onnx.ModelProto:
     Function bodies compute their sizes from their attributes (Attention's
     head counts: the grouped heads' repeat count, a ``Where`` of a
     ``Div``): folded, such a size reaches an ``Expand`` as a constant, and
-    the expansion keeps the sizes it knows (batch, sequence length)."""
+    the expansion keeps the sizes it knows (batch, sequence length). Graphs
+    written out the same way (LayerNormalization's expansion: the reduced
+    shape a ``ConstantOfShape`` of ``Size(Shape(x)) - axis``) import only
+    so: every model is folded."""
     graph = model.graph
     known = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
     types = _value_types(model, data_prop=True)
