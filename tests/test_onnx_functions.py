@@ -67,6 +67,25 @@ def test_function_defined_operators(onnx_check, op, attrs, shape):
     onnx_check(m, [[uniform(s)] for s in sizes], atol=1e-5)
 
 
+@pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
+def test_window_functions_with_their_default_attributes(onnx_check, op):
+    """The window's length is an input; ``output_datatype`` and ``periodic``
+    are left to their defaults, which ONNX's inliner would drop."""
+    m = model([node(op, ["n"], ["y"])], [("n", TensorProto.INT64, [])], [("y", F, None)], opset=17)
+    onnx_check(m, [[np.array(8, np.int64)]], atol=1e-6)
+    m = model([node(op, ["n"], ["y"], periodic=0, output_datatype=TensorProto.DOUBLE)],
+              [("n", TensorProto.INT64, [])], [("y", TensorProto.DOUBLE, None)], opset=17)
+    onnx_check(m, [[np.array(5, np.int64)]], atol=1e-6)
+
+
+def test_center_crop_pad_with_axes(onnx_check):
+    """CenterCropPad's body reads its ``axes`` attribute in a Constant,
+    which ONNX's inliner leaves empty: bound when the body is built."""
+    m = model([node("CenterCropPad", ["x", "shape"], ["y"], axes=[0, 1])],
+              [("x", F, [10, 7, 3]), ("shape", TensorProto.INT64, [2])], [("y", F, None)], opset=18)
+    onnx_check(m, [[uniform((10, 7, 3)), np.array([6, 9], np.int64)]])
+
+
 def test_a_malformed_node_is_refused_before_expansion():
     """The checker sees the node as written (not its expansion), and names it."""
     m = model([node("Attention", ["q", "k"], ["y"])], [("q", F, [1, 2, 3, 4]), ("k", F, [1, 2, 3, 4])],

@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import shapefn
+from conftest import need_opencl, opencl
 from shapefn.frontend import from_onnx
 
 F, I64, I32, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
@@ -74,6 +75,10 @@ def elementwise_cases():
         yield f"{op}-float", *binary(op)
     for op in ("Add", "Sub", "Mul", "Div"):  # shape arithmetic
         yield f"{op}-int64", *binary(op, I64)
+    for op in ("ReduceMax", "ReduceMin"):
+        yield f"{op}-bool", model([node(op, ["x", "axes"], ["y"], keepdims=0)], [("x", B, ["N", "M"])],
+                                  [("y", B, None)], {"axes": i64(1)}, opset=20), \
+            [[rng.random((4, 3)) < 0.5], [rng.random((1, 5)) < 0.5]]  # (the empty set: ONNX's node tests)
     # Converters of shapefn's own: LpNormalization (a zero row stays 0), EyeLike's dtype.
     for p_norm in (1, 2):
         m = model([node("LpNormalization", ["x"], ["y"], p=p_norm, axis=0)], [("x", F, ["N", 5])], [("y", F, None)])
@@ -90,6 +95,24 @@ def cases(*generators):
 
 
 ELEMENTWISE = cases(elementwise_cases)
+
+
+@pytest.mark.parametrize("source, target, values", [
+    (F, TensorProto.INT32, uniform((2, 3))),
+    (TensorProto.UINT16, TensorProto.INT16, np.array([[0, 1, 65535]], np.uint16)),
+    (TensorProto.INT64, TensorProto.DOUBLE, np.array([[0, 1, -1, 2**62]], np.int64)),
+    (B, TensorProto.UINT8, np.array([[True, False]])),
+])
+@pytest.mark.parametrize("device", ["sim", pytest.param("opencl", marks=opencl)])
+def test_bit_cast_reads_the_same_bits(device, source, target, values):
+    """Against numpy's view (onnxruntime 1.32 has no BitCast)."""
+    if device == "opencl":
+        need_opencl()
+    m = model([node("BitCast", ["x"], ["y"], to=target)], [("x", source, ["N", None])], [("y", target, None)],
+              opset=26)
+    vm = shapefn.VirtualMachine(shapefn.compile(from_onnx(m), device), device)
+    want = values.view(helper.tensor_dtype_to_np_dtype(target))
+    np.testing.assert_array_equal(vm(values).numpy().view(want.dtype), want)
 
 
 def test_elu_of_float16_matches_onnxruntime():

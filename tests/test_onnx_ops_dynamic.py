@@ -153,6 +153,11 @@ def pad_resize_cases():
                                      [("x", F, ["H", "W"]), ("p", I64, [4]), ("v", F, [])], [("y", F, None)]), \
         [[uniform((2, 3)), i64(1, 0, 0, 2), np.array(-1.5, np.float32)], [uniform((0, 3)), i64(0, 0, 2, 1),
                                                                            np.array(7, np.float32)]]
+    # Split into parts whose sizes are an input (read by shapefn.split_sizes), an empty part among them.
+    yield "Split-runtime-sizes", model([node("Split", ["x", "s"], ["a", "b", "c"], axis=1)],
+                                       [("x", F, [2, "W"]), ("s", I64, [3])],
+                                       [("a", F, None), ("b", F, None), ("c", F, None)], opset=18), \
+        [[uniform((2, 6)), i64(1, 2, 3)], [uniform((2, 4)), i64(0, 4, 0)]]
     # Pads for the listed axes only (opset 18): constant axes, negative ones too, runtime pads.
     yield "Pad-axes", model([node("Pad", ["x", "p", "", "axes"], ["y"], mode="edge")],
                             [("x", F, [2, "H", "W"]), ("p", I64, [4])], [("y", F, None)], {"axes": i64(-1, 1)},

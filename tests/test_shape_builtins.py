@@ -53,7 +53,8 @@ BUILTINS = {
     "relax.vision.all_class_non_max_suppression": ("dyn.vision.non_max_suppression",
                                                    [False, False, True, False, False]),
 }
-MASKS_WITHOUT_ALIAS = {"shapefn.reduce_axes": [False, True], "shapefn.matmul_batch": [False, False]}
+MASKS_WITHOUT_ALIAS = {"shapefn.reduce_axes": [False, True], "shapefn.matmul_batch": [False, False],
+                       "shapefn.split_sizes": [False, True]}
 MASKS = {name: mask for canonical, (alias, mask) in BUILTINS.items()
          for name in (canonical, alias)} | MASKS_WITHOUT_ALIAS
 
@@ -617,6 +618,24 @@ def test_reduce_axes(shape, axes):
 def test_reduce_axes_errors(axes, message):
     with pytest.raises(ValueError, match=message):
         eval_shape("shapefn.reduce_axes", [(2, 3, 4), i64(*axes)], [0])
+
+
+# ---------------------------------------------------------------------------
+# shapefn.split_sizes: the parts of a split along an axis, as numpy.split cuts them.
+
+@pytest.mark.parametrize("shape, axis, sizes", [((6, 2), 0, [1, 2, 3]), ((2, 5), -1, [0, 5]), ((3, 0), 1, [0, 0])])
+def test_split_sizes(shape, axis, sizes):
+    parts = np.split(view(shape), np.cumsum(sizes)[:-1], axis=axis)
+    assert eval_shape("shapefn.split_sizes", [shape, i64(*sizes)], [axis]) == [tuple(sizes)]
+    assert [part.shape[axis] for part in parts] == sizes
+
+
+@pytest.mark.parametrize("sizes, axis, message", [([4, 3], 0, r"adds up to 7, not to the 6 elements of axis 0"),
+                                                  ([7, -1], 0, "holds a negative size"),
+                                                  ([6], 2, "axis 2 is out of range")])
+def test_split_sizes_errors(sizes, axis, message):
+    with pytest.raises(ValueError, match=message):
+        eval_shape("shapefn.split_sizes", [(6, 2), i64(*sizes)], [axis])
 
 
 # ---------------------------------------------------------------------------

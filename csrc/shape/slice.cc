@@ -89,5 +89,31 @@ void SliceExtentsShape(const ShapeFuncInput* inputs, int num_inputs, const Shape
 SHAPEFN_BUILTIN(shapefn_slice_extents, "shapefn.slice_extents", {}, (std::vector<bool>{false, true}), 1, false,
                 SliceExtentsShape);
 
+// shapefn.split_sizes(data, split; axis): the sizes of the parts an ONNX
+// Split with sizes given at run time cuts `data` into along `axis`, as a
+// shape: `split` itself, once checked (no negative size; the sizes add up to
+// the axis' extent, as ONNX requires).
+constexpr const char* kSplitSizes = "shapefn.split_sizes";
+
+void SplitSizesShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
+  RequireInputs(num_inputs, 2, kSplitSizes);
+  const ShapeFuncInput& data = inputs[0];
+  const int axis = NormalizeAxis(attrs.get(0, 0), data.ndim, kSplitSizes);
+  ShapeVec& sizes = outputs[0];
+  ReadIntVector(inputs[1], kSplitSizes, "split", &sizes);
+  int64_t total = 0;
+  for (int64_t size : sizes) {
+    if (size < 0) FailOp(kSplitSizes, "split " + ShapeString(sizes) + " holds a negative size");
+    total = CheckedAdd(total, size, kSplitSizes);
+  }
+  if (total != data.shape[axis]) {
+    FailOp(kSplitSizes, "split " + ShapeString(sizes) + " adds up to " + std::to_string(total) + ", not to the " +
+                            std::to_string(data.shape[axis]) + " elements of axis " + std::to_string(axis) +
+                            " of data " + ShapeString(data));
+  }
+}
+
+SHAPEFN_BUILTIN(shapefn_split_sizes, kSplitSizes, {}, (std::vector<bool>{false, true}), 1, false, SplitSizesShape);
+
 }  // namespace
 }  // namespace shapefn

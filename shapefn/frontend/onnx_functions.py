@@ -48,8 +48,26 @@ def expand_functions(model: onnx.ModelProto, converted: set[str], domains: tuple
         if contextual:
             model = _inline_contextual(model, contextual, opset, domains)
         if ops - contextual:
+            model = _with_default_attributes(model, ops - contextual, opset, domains)
             model = onnx.inliner.inline_selected_functions(model, [("", op) for op in sorted(ops - contextual)],
                                                            inline_schema_functions=True)
+    return model
+
+
+def _with_default_attributes(model: onnx.ModelProto, ops: set[str], opset: int,
+                             domains: tuple[str, ...]) -> onnx.ModelProto:
+    """``model`` with the nodes of ``ops`` given every attribute their schema
+    defaults and they leave out: ONNX's inliner drops a body's reference to
+    an attribute the node does not set (HannWindow's ``output_datatype``
+    leaves its Cast without a type), where the default is meant."""
+    model = _copy(model)
+    for node in all_nodes(model.graph):
+        if node.domain not in domains or node.op_type not in ops:
+            continue
+        present = {a.name for a in node.attribute}
+        for name, attr in onnx.defs.get_schema(node.op_type, opset, "").attributes.items():
+            if name not in present and attr.default_value.name:
+                node.attribute.append(attr.default_value)
     return model
 
 
@@ -166,13 +184,36 @@ def _inline_contextual(model: onnx.ModelProto, ops: set[str], opset: int,
         body.ParseFromString(schema.get_context_dependent_function_with_opset_version(
             version, node.SerializeToString(), inputs))
         body.name, body.domain = f"{node.op_type}_{index}", _LOCAL_DOMAIN
+        _bind_attribute_references(body.node, {a.name: a for a in node.attribute})
         model.functions.append(body)
         node.op_type, node.domain = body.name, _LOCAL_DOMAIN
-        del node.attribute[:]  # (the body was built from them)
+        del node.attribute[:]  # (bound in the body)
     model.opset_import.append(onnx.helper.make_opsetid(_LOCAL_DOMAIN, 1))
     inlined = onnx.inliner.inline_local_functions(model, convert_version=True)
     del inlined.opset_import[[o.domain for o in inlined.opset_import].index(_LOCAL_DOMAIN)]
     return inlined
+
+
+def _bind_attribute_references(nodes, given: dict) -> None:
+    """Each attribute of ``nodes`` (subgraphs included) that refers to one of
+    the calling node's (``ref_attr_name``: CenterCropPad's ``axes`` in a
+    Constant) replaced by the value ``given``; one referring to an attribute
+    not given is dropped, as ONNX defines."""
+    for node in nodes:
+        bound = []
+        for attr in node.attribute:
+            if attr.ref_attr_name:
+                if attr.ref_attr_name in given:
+                    value = onnx.AttributeProto()
+                    value.CopyFrom(given[attr.ref_attr_name])
+                    value.name = attr.name
+                    bound.append(value)
+                continue
+            for graph in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                _bind_attribute_references(graph.node, given)
+            bound.append(attr)
+        del node.attribute[:]
+        node.attribute.extend(bound)
 
 
 def _value_types(model: onnx.ModelProto, data_prop: bool = False) -> dict[str, onnx.TypeProto]:

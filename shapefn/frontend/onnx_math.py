@@ -2,7 +2,8 @@
 TVM's converters get wrong (each found by ONNX's conformance suite):
 shifts by the type's width or more, ``IsInf``'s sign flags, ``Mod`` by an
 infinity, ``Pow`` of integers, ``Dropout``'s mask type and training mode,
-``Elu`` of half-precision data, ``EyeLike`` of another type than its input.
+``Elu`` of half-precision data, ``EyeLike`` of another type than its input,
+``BitCast``.
 Registered in ``onnx_converters.CONVERTERS`` when imported (``onnx.py``
 imports this module)."""
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import tvm
-from tvm import relax
+from tvm import relax, te, tirx
 
 from ..errors import UnsupportedOnnxOp
 from .onnx_converters import as_tensor, const_value, converter, str_attr, tvm_converter
@@ -334,3 +335,25 @@ def eye_like(importer, inputs, attrs, opset):
     dtype = _dtype(x) if dtype is None else str(onnx.helper.tensor_dtype_to_np_dtype(int(dtype)))
     eye = bb.normalize(relax.op.eye_like(x, int(attrs.get("k", 0))))  # (TVM's legalization keeps x's type)
     return eye if dtype == _dtype(x) else relax.op.astype(eye, dtype)
+
+
+@converter("BitCast")
+def bit_cast(importer, inputs, attrs, opset):
+    """The input's bits read as the ``to`` type, of the same width (a bool
+    is the byte 0 or 1)."""
+    bb = importer.bb
+    x = as_tensor(bb, inputs[0])
+    source, target = _dtype(x), str(onnx.helper.tensor_dtype_to_np_dtype(int(attrs["to"])))
+    width = {t: 8 if t == "bool" else np.dtype(t).itemsize * 8 for t in (source, target)}
+    if width[source] != width[target]:
+        raise ValueError(f"BitCast from {source} to {target}: the types' widths differ "
+                         f"({width[source]} and {width[target]} bits)")
+    if source == target:
+        return x
+    if "bool" in (source, target):  # (a bool's byte: 0 or 1 both ways)
+        return relax.op.astype(x, target)
+
+    def reinterpret(data):
+        return te.compute(data.shape, lambda *i: tirx.reinterpret(target, data(*i)), name="bit_cast")
+
+    return bb.emit_te(reinterpret, x, primfunc_name_hint="bit_cast")

@@ -78,6 +78,14 @@ def _reduce(op_type: str, x: te.Tensor, kept: list) -> te.Tensor:
 def _register(op_type: str) -> None:
     @converter(op_type)
     def convert(importer, inputs, attrs, opset):
+        if op_type in ("ReduceMax", "ReduceMin") and str(getattr(inputs[0].ty, "dtype", "")) == "bool":
+            # (any / all: over bytes 0 and 1; an empty set gives 0 (False) for the
+            # maximum and 255 (True) for the minimum, as ONNX defines)
+            as_bytes = importer.bb.normalize(relax.op.astype(inputs[0], "uint8"))
+            reduced = convert(importer, [as_bytes, *inputs[1:]], attrs, opset)
+            if reduced is NotImplemented:
+                reduced = tvm_converter(importer, op_type, [as_bytes, *inputs[1:]], attrs, opset)
+            return relax.op.astype(importer.bb.normalize(reduced), "bool")
         axes = inputs[1] if len(inputs) > 1 else None
         if _absent(importer, axes) or const_value(importer, axes) is not None:
             return NotImplemented  # (TVM's converter, shapes and scalars given as it takes them)

@@ -1,15 +1,18 @@
 """shapefn's ONNX converters for sequences of a length known when the model
 is imported (Relax tuples): ONNX's positions, negative ones included, and
 sequences bound to variables (a graph input, an earlier node's result),
-which TVM's converters take only as tuple expressions. Registered in
+which TVM's converters take only as tuple expressions; and Split into
+parts whose sizes are given at run time (a tuple of a fixed length too).
+Registered in
 ``onnx_converters.CONVERTERS`` when imported (``onnx.py`` imports this
 module)."""
 from __future__ import annotations
 
 import numpy as np
-from tvm import relax
+from tvm import relax, tirx
 
-from .onnx_converters import const_value, converter
+from ..compiler.shape_calls import emit_shape
+from .onnx_converters import _absent, _length, as_tensor, const_value, converter, ndim_of
 
 
 def _items(bb: relax.BlockBuilder, sequence) -> list:
@@ -75,3 +78,27 @@ def concat_from_sequence(importer, inputs, attrs, opset):
     if new_axis:
         items = [bb.normalize(relax.op.expand_dims(t, axis=axis)) for t in items]
     return relax.op.concat(items, axis=axis)
+
+
+@converter("Split")
+def split(importer, inputs, attrs, opset):
+    """Split whose ``split`` sizes are a tensor known only at run time: the
+    shape function ``shapefn.split_sizes`` reads them (refusing negative
+    sizes and sizes that do not add up to the axis' extent) and binds them
+    to size variables; part ``i`` is the slice between the sums of the
+    sizes before it and through it. Constant sizes: TVM's converter."""
+    if len(inputs) < 2 or _absent(importer, inputs[1]) or const_value(importer, inputs[1]) is not None:
+        return NotImplemented
+    bb = importer.bb
+    data, sizes = as_tensor(bb, inputs[0]), as_tensor(bb, inputs[1], "int64")
+    count, outputs = _length(sizes), attrs["tvm_custom"]["num_outputs"]
+    if count != outputs:
+        raise ValueError(f"Split has {outputs} outputs but its split input holds {count} sizes")
+    axis = int(attrs.get("axis", 0)) % ndim_of(data)
+    (parts,) = emit_shape(bb, "shapefn.split_sizes", [data, sizes], [count], [axis], prefix="split")
+    begin, out = tirx.IntImm("int64", 0), []
+    for size in parts:
+        end = begin + size
+        out.append(bb.normalize(relax.op.strided_slice(data, [axis], [begin], [end], assume_inbound=True)))
+        begin = end
+    return relax.Tuple(out)
