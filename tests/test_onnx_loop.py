@@ -3,7 +3,8 @@ compiled for a strict sim and for a real OpenCL device and compared with
 onnxruntime: counted and while-style loops, scan outputs, bodies reading the
 enclosing graph's values, trip counts computed at run time, a mask-pasting
 loop, nested loops, and a 10,000-iteration loop (the self tail call is a
-jump, so the VM's call depth does not grow)."""
+jump, so the VM's call depth does not grow). ONNX ``Scan`` too, which
+shapefn imports as the Loop it is (``frontend/onnx_scan.py``)."""
 import numpy as np
 import pytest
 import tvm
@@ -190,6 +191,37 @@ def nested():
 
 CASES = {f.__name__: f for f in (counted, while_style, scans, outer_scope, data_dependent_trip_count, long_loop,
                                  paste_masks, nested)}
+
+
+def scan_model(in_reverse, out_reverse, out_axis):
+    """A running sum and product over the rows of x [T, 3] read along axis 1
+    of xt [3, T] (scan input axes 0 and 1), carrying (sum, count); the
+    partial sums are the scan output, stacked along ``out_axis``."""
+    body = helper.make_graph(
+        [node("Add", ["sum_in", "row"], ["sum_out"]), node("Mul", ["row", "column"], ["both"]),
+         node("Add", ["count_in", "one"], ["count_out"]), node("Identity", ["sum_out"], ["partial"]),
+         node("Identity", ["both"], ["product"])],
+        "scan_body", [info("sum_in", F, [3]), info("count_in", I64, []), info("row", F, [3]), info("column", F, [3])],
+        [info("sum_out", F, [3]), info("count_out", I64, []), info("partial", F, [3]), info("product", F, [3])],
+        [numpy_helper.from_array(np.int64(1), "one")])
+    scan = node("Scan", ["sum0", "count0", "x", "xt"], ["sum", "count", "partials", "products"], body=body,
+                num_scan_inputs=2, scan_input_axes=[0, 1], scan_input_directions=[in_reverse, 0],
+                scan_output_axes=[out_axis, 0], scan_output_directions=[out_reverse, 0])
+    m = model([scan], [("sum0", F, [3]), ("count0", I64, []), ("x", F, ["T", 3]), ("xt", F, [3, "T"])],
+              [("sum", F, None), ("count", I64, None), ("partials", F, None), ("products", F, None)])
+    m.opset_import[0].version = 16
+    rng = np.random.default_rng(3)
+
+    def feed(t):
+        x = rng.standard_normal((t, 3)).astype(np.float32)
+        return [np.zeros(3, np.float32), np.array(0, np.int64), x, rng.standard_normal((3, t)).astype(np.float32)]
+
+    return m, [feed(4), feed(1)]
+
+
+@pytest.mark.parametrize("in_reverse, out_reverse, out_axis", [(0, 0, 0), (1, 0, 1), (0, 1, -1), (1, 1, 0)])
+def test_scan_matches_onnxruntime(onnx_check, in_reverse, out_reverse, out_axis):
+    onnx_check(*scan_model(in_reverse, out_reverse, out_axis), atol=1e-5)
 
 
 @pytest.mark.parametrize("case", CASES)

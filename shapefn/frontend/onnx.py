@@ -28,6 +28,7 @@ from . import onnx_converters, onnx_layers, onnx_losses, onnx_math, onnx_reduce,
 from .onnx_checks import DEFAULT_DOMAINS, check_nodes, check_operators, check_shapes, for_checker, node_label
 from .onnx_functions import expand_functions, expandable, fold_constant_sizes, opset_of
 from .onnx_loop import convert_loop
+from .onnx_scan import scans_as_loops
 
 # How TVM's importer keeps shape values: ``Shape`` outputs as shapes
 # (``relax.ShapeExpr``, ``R.Shape``), and one size (``Gather(Shape(x), 0)``)
@@ -47,7 +48,7 @@ _TVM_FOLDS_SCALARS = {"Add", "Sub", "Mul", "Div", "Mod", "Neg", "Identity"}
 _TVM_TAKES_SCALARS = {"Unsqueeze", "Slice", "Range"}
 
 # Ops the importer converts itself rather than through a converter.
-_IMPORTER_OPS = {"If", "Loop", "Constant"}
+_IMPORTER_OPS = {"If", "Loop", "Constant", "Scan"}  # (Scan: as a Loop, onnx_scan.py)
 # Ops whose one output is a sequence or an optional, which TVM's importer
 # represents as a Relax tuple: bound whole. Every other converter result of
 # tuple type holds the node's outputs, possibly more of them than the node
@@ -505,7 +506,7 @@ def from_onnx(model, shape_dict: dict | None = None) -> tvm.IRModule:
     if defined:
         model = expand_functions(model, converted, DEFAULT_DOMAINS)
         check_operators(model, converted, f" in ONNX's definition of {', '.join(sorted(defined))}")
-    model = fold_constant_sizes(model)
+    model = fold_constant_sizes(scans_as_loops(model, opset_of(model, DEFAULT_DOMAINS)))
     check_shapes(model)
     opset = opset_of(model, DEFAULT_DOMAINS)
     importer = _Importer(shape_dict, "float32", keep_params_in_input=False, sanitize=True)
