@@ -9,6 +9,8 @@ import pytest
 from onnx import TensorProto
 from test_onnx_ops import model, node, uniform
 
+import shapefn
+from conftest import need_opencl, opencl
 from shapefn.errors import InvalidOnnxModel, UnsupportedOnnxOp
 from shapefn.frontend import from_onnx
 
@@ -84,6 +86,29 @@ def test_center_crop_pad_with_axes(onnx_check):
     m = model([node("CenterCropPad", ["x", "shape"], ["y"], axes=[0, 1])],
               [("x", F, [10, 7, 3]), ("shape", TensorProto.INT64, [2])], [("y", F, None)], opset=18)
     onnx_check(m, [[uniform((10, 7, 3)), np.array([6, 9], np.int64)]])
+
+
+@pytest.mark.parametrize("device", ["sim", pytest.param("opencl", marks=opencl)])
+def test_flex_attention_a_preview_operator_matches_onnx_reference(device):
+    """ai.onnx.preview's FlexAttention, imported as its definition, with
+    query and key lengths known only at run time; against ONNX's reference
+    implementation (onnxruntime 1.32 has no FlexAttention)."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    if device == "opencl":
+        need_opencl()
+    graph = helper.make_graph(
+        [helper.make_node("FlexAttention", ["Q", "K", "V"], ["Y"], domain="ai.onnx.preview")], "flex",
+        [helper.make_tensor_value_info("Q", F, [2, 4, "L", 16]), helper.make_tensor_value_info("K", F, [2, 4, "S", 16]),
+         helper.make_tensor_value_info("V", F, [2, 4, "S", 16])], [helper.make_tensor_value_info("Y", F, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26), helper.make_opsetid("ai.onnx.preview", 1)])
+    vm = shapefn.VirtualMachine(shapefn.compile(from_onnx(m), device), device)
+    reference = ReferenceEvaluator(m)
+    for length, keys in ((8, 6), (1, 3)):
+        q, k, v = uniform((2, 4, length, 16)), uniform((2, 4, keys, 16)), uniform((2, 4, keys, 16))
+        np.testing.assert_allclose(vm(q, k, v).numpy(), reference.run(None, {"Q": q, "K": k, "V": v})[0],
+                                   rtol=1e-5, atol=1e-5)
 
 
 def test_a_malformed_node_is_refused_before_expansion():

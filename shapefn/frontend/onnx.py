@@ -26,7 +26,7 @@ from ..compiler.sources import name_after_sources
 from ..errors import InvalidOnnxModel, UnsupportedOnnxOp
 from . import onnx_converters, onnx_layers, onnx_losses, onnx_math, onnx_reduce, onnx_resize, onnx_sequences  # noqa: F401  (they register their converters)
 from .onnx_checks import DEFAULT_DOMAINS, check_nodes, check_operators, check_shapes, for_checker, node_label
-from .onnx_functions import expand_functions, expandable, fold_constant_sizes, opset_of
+from .onnx_functions import expand_functions, expand_preview, expandable, fold_constant_sizes, opset_of
 from .onnx_loop import convert_loop
 from .onnx_scan import scans_as_loops
 
@@ -500,6 +500,7 @@ def from_onnx(model, shape_dict: dict | None = None) -> tvm.IRModule:
     # Before anything is converted: operators shapefn cannot import (every
     # one, subgraphs included), nodes as written, then what ONNX infers.
     converted = _converted()
+    model = expand_preview(model)
     defined = expandable(model, converted, DEFAULT_DOMAINS)
     check_operators(model, converted | defined)
     check_nodes(model)

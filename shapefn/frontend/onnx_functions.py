@@ -22,6 +22,8 @@ import onnx.inliner
 from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from ..errors import InvalidOnnxModel
+
 # Operators TVM's importer has a converter for under the same name in
 # another domain (onnxruntime's com.microsoft Attention takes different
 # inputs and attributes): ONNX's own are expanded.
@@ -29,6 +31,8 @@ _EXPANDED_DESPITE_A_CONVERTER = {"Attention"}
 # A function body may call functions itself (Celu calls Elu): expansion
 # repeats until nothing is left to expand, at most this many times.
 _MAX_ROUNDS = 8
+# ONNX's preview operators (FlexAttention), imported as their definitions.
+PREVIEW_DOMAIN = "ai.onnx.preview"
 # The domain of the local functions built for context-dependent bodies.
 _LOCAL_DOMAIN = "shapefn.expanded"
 # Integer results of at most this many elements computed from constants
@@ -170,19 +174,35 @@ def _expands(op_type: str, opset: int, converted: set[str]) -> bool:
     return schema.has_function or schema.has_context_dependent_function
 
 
+def expand_preview(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with the nodes of ONNX's preview operators
+    (``ai.onnx.preview``: FlexAttention) replaced by the context-dependent
+    function bodies ONNX defines them by; ``model`` itself without any.
+    There are no converters of preview operators: this is how they import."""
+    opset = opset_of(model, (PREVIEW_DOMAIN,))
+    ops = {node.op_type for node in all_nodes(model.graph) if node.domain == PREVIEW_DOMAIN
+           and onnx.defs.has(node.op_type, opset, PREVIEW_DOMAIN)
+           and onnx.defs.get_schema(node.op_type, opset, PREVIEW_DOMAIN).has_context_dependent_function}
+    return _inline_contextual(model, ops, opset, (PREVIEW_DOMAIN,), PREVIEW_DOMAIN) if ops else model
+
+
 def _inline_contextual(model: onnx.ModelProto, ops: set[str], opset: int,
-                       domains: tuple[str, ...]) -> onnx.ModelProto:
-    """``model`` with each node of ``ops`` (context-dependent functions)
-    calling a local function built for it, inlined."""
+                       domains: tuple[str, ...], schema_domain: str = "") -> onnx.ModelProto:
+    """``model`` with each node of ``ops`` (context-dependent functions of
+    ``schema_domain``) calling a local function built for it, inlined."""
     model = _copy(model)
     types = _value_types(model)
     for index, node in enumerate(n for n in all_nodes(model.graph) if n.domain in domains and n.op_type in ops):
-        schema = onnx.defs.get_schema(node.op_type, opset, "")
+        schema = onnx.defs.get_schema(node.op_type, opset, schema_domain)
         version = max(v for v in schema.context_dependent_function_opset_versions if v <= opset)
         inputs = [types.get(name, onnx.TypeProto()).SerializeToString() for name in node.input]
         body = onnx.FunctionProto()
-        body.ParseFromString(schema.get_context_dependent_function_with_opset_version(
-            version, node.SerializeToString(), inputs))
+        try:
+            body.ParseFromString(schema.get_context_dependent_function_with_opset_version(
+                version, node.SerializeToString(), inputs))
+        except Exception as err:  # noqa: BLE001 - ONNX's builder checks the node's attributes and types
+            raise InvalidOnnxModel(f"ONNX's definition of {node.op_type} cannot be built for node "
+                                   f"{node.name or node.output[0]!r}: {err}") from None
         body.name, body.domain = f"{node.op_type}_{index}", _LOCAL_DOMAIN
         _bind_attribute_references(body.node, {a.name: a for a in node.attribute})
         model.functions.append(body)
