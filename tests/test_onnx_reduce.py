@@ -90,3 +90,15 @@ def test_a_cumulative_axis_out_of_range_is_refused_naming_it():
     vm = shapefn.VirtualMachine(shapefn.compile(from_onnx(cumulative_model("CumSum", 0, 0)), "sim"), shapefn.sim())
     with pytest.raises(ValueError, match="out of range"):
         vm(uniform((2, 3, 4)), np.array(3, np.int64))
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_one_hot_with_a_depth_given_at_run_time_matches_onnxruntime(onnx_check, axis):
+    """Negative indices count from the depth; out-of-range ones give a row
+    of the off value; the depth may be a float."""
+    m = model([node("OneHot", ["indices", "depth", "values"], ["y"], axis=axis)],
+              [("indices", I64, ["A", "B"]), ("depth", F, [])], [("y", F, None)],
+              {"values": np.array([-1.0, 2.5], np.float32)}, opset=11)
+    onnx_check(m, [[i64(0, 3, -1, 7).reshape(2, 2), np.array(5.0, np.float32)],
+                   [np.zeros((1, 0), np.int64), np.array(3.0, np.float32)],
+                   [i64(-5, 4, 2).reshape(3, 1), np.array(5.0, np.float32)]])

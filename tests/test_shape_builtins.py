@@ -54,7 +54,7 @@ BUILTINS = {
                                                    [False, False, True, False, False]),
 }
 MASKS_WITHOUT_ALIAS = {"shapefn.reduce_axes": [False, True], "shapefn.matmul_batch": [False, False],
-                       "shapefn.split_sizes": [False, True]}
+                       "shapefn.split_sizes": [False, True], "shapefn.one_hot": [False, True]}
 MASKS = {name: mask for canonical, (alias, mask) in BUILTINS.items()
          for name in (canonical, alias)} | MASKS_WITHOUT_ALIAS
 
@@ -636,6 +636,21 @@ def test_split_sizes(shape, axis, sizes):
 def test_split_sizes_errors(sizes, axis, message):
     with pytest.raises(ValueError, match=message):
         eval_shape("shapefn.split_sizes", [(6, 2), i64(*sizes)], [axis])
+
+
+# ---------------------------------------------------------------------------
+# shapefn.one_hot: the indices' shape with the depth inserted at the axis.
+
+@pytest.mark.parametrize("shape, axis, want", [((2, 3), -1, (2, 3, 5)), ((2, 3), 0, (5, 2, 3)), ((4,), -2, (5, 4)),
+                                               ((), 0, (5,))])
+def test_one_hot(shape, axis, want):
+    assert eval_shape("shapefn.one_hot", [shape, np.array(5, np.int64)], [axis]) == [want]
+
+
+@pytest.mark.parametrize("depth, axis, message", [(0, 0, "depth is 0"), (3, 3, "axis 3 is out of range")])
+def test_one_hot_errors(depth, axis, message):
+    with pytest.raises(ValueError, match=message):
+        eval_shape("shapefn.one_hot", [(2, 3), np.array(depth, np.int64)], [axis])
 
 
 # ---------------------------------------------------------------------------

@@ -118,5 +118,24 @@ void ArangeShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAt
 
 SHAPEFN_BUILTIN(relax_arange, kArange, {"dyn.arange"}, (std::vector<bool>{true, true, true}), 1, false, ArangeShape);
 
+// shapefn.one_hot(indices, depth; axis): ONNX OneHot's output shape, the
+// indices' with `depth` inserted at `axis` (in [-rank - 1, rank], negative
+// counting from the end of the output). Depth is a positive integer scalar
+// (the importer casts ONNX's numeric depth to int64).
+constexpr const char* kOneHot = "shapefn.one_hot";
+
+void OneHotShape(const ShapeFuncInput* inputs, int num_inputs, const ShapeFuncAttrs& attrs, ShapeVec* outputs) {
+  RequireInputs(num_inputs, 2, kOneHot);
+  const ShapeFuncInput& indices = inputs[0];
+  const int axis = NormalizeAxis(attrs.get(0, -1), indices.ndim + 1, kOneHot);
+  const int64_t depth = ReadIntScalar(inputs[1], kOneHot, "depth");
+  if (depth < 1) FailOp(kOneHot, "depth is " + std::to_string(depth) + ", it must be at least 1");
+  ShapeVec& out = outputs[0];
+  out.assign(indices.shape, indices.shape + indices.ndim);
+  out.insert(out.begin() + axis, depth);
+}
+
+SHAPEFN_BUILTIN(shapefn_one_hot, kOneHot, {}, (std::vector<bool>{false, true}), 1, false, OneHotShape);
+
 }  // namespace
 }  // namespace shapefn

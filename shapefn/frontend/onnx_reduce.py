@@ -1,6 +1,7 @@
 """shapefn's ONNX converters for the ``Reduce*`` operators whose ``axes``
 input is known only at run time (a graph input, or computed by the model),
-and for ``CumSum`` and ``CumProd``, whose ``axis`` is an input too.
+for ``CumSum`` and ``CumProd``, whose ``axis`` is an input too, and for
+``OneHot`` with its ``depth`` given at run time.
 TVM's converters take constant axes only; with those they are used as they
 are.
 
@@ -167,3 +168,36 @@ def _register_cumulative(op_type: str, op: str) -> None:
 
 _register_cumulative("CumSum", "sum")
 _register_cumulative("CumProd", "prod")
+
+
+def _one_hot(indices: te.Tensor, values: te.Tensor, shape: list, axis: int) -> te.Tensor:
+    """``values[1]`` where the output's index along ``axis`` is the index
+    (a negative one counted from ``depth``), ``values[0]`` elsewhere: an
+    index out of range gives a row of ``values[0]``, as ONNX defines."""
+    depth = shape[axis]
+
+    def element(*i):
+        index = indices(*(i[:axis] + i[axis + 1:])).astype("int64")
+        index = tirx.Select(index < 0, index + depth, index)
+        return tirx.Select(index == i[axis], values[1], values[0])
+
+    return te.compute(shape, element, name="one_hot")
+
+
+@converter("OneHot")
+def one_hot(importer, inputs, attrs, opset):
+    """OneHot whose ``depth`` is known only at run time: the output shape
+    comes from the shape function ``shapefn.one_hot`` (only the depth
+    crosses to the host), one kernel fills it. A constant depth: TVM's
+    converter."""
+    if const_value(importer, inputs[1]) is not None:
+        return NotImplemented
+    bb = importer.bb
+    indices, values = as_tensor(bb, inputs[0]), as_tensor(bb, inputs[2])
+    if ndim_of(values) != 1 or _length(values) != 2:
+        raise ValueError("OneHot's values must be a 2-element vector [off, on]")
+    depth = bb.normalize(relax.op.astype(as_tensor(bb, inputs[1]), "int64"))
+    ndim = ndim_of(indices) + 1
+    axis = int(attrs.get("axis", -1))
+    (shape,) = emit_shape(bb, "shapefn.one_hot", [indices, depth], [ndim], [axis], prefix="one_hot")
+    return bb.emit_te(_one_hot, indices, values, shape, axis % ndim, primfunc_name_hint="one_hot")
