@@ -30,7 +30,13 @@ from shapefn.frontend import from_onnx
 pytestmark = pytest.mark.model  # (a compile per case: not under the sanitizer)
 
 # Sample cases that fail under TVM's VM only, and why.
-PIPELINE_FAILURES: dict[str, str] = {}
+_WINDOW = ("TVM's VMShapeLower: 'PrimExpr T.int64(4) * arange_0 has not been computed' (a window's length from a"
+           " Range whose size a shape function gives, scaled, reaches a shape before VMShapeLower computes it)")
+PIPELINE_FAILURES: dict[str, str] = {
+    "test_blackmanwindow": _WINDOW,
+    "test_hammingwindow": _WINDOW,
+    "test_hannwindow": _WINDOW,
+}
 
 
 @functools.cache
