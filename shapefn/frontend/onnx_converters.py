@@ -18,7 +18,6 @@ from tvm import relax, sym
 
 from .. import ops
 from ..compiler.shape_calls import emit_shape
-from ..errors import UnsupportedOnnxOp
 
 CONVERTERS: dict = {}
 
@@ -370,43 +369,6 @@ def topk(importer, inputs, attrs, opset):
     values, indices = ops.topk(bb, inputs[0], as_tensor(bb, inputs[1], "int64"), axis=attrs.get("axis", -1),
                                largest=bool(attrs.get("largest", 1)), sorted=True)
     return relax.Tuple([values, indices])
-
-
-@converter("Pad")
-def pad(importer, inputs, attrs, opset):
-    with_axes = len(inputs) > 3 and not _absent(importer, inputs[3])
-    if opset < 11 or (not with_axes and const_value(importer, inputs[1]) is not None
-                      and (len(inputs) < 3 or _absent(importer, inputs[2])
-                           or const_value(importer, inputs[2]) is not None)):
-        return NotImplemented
-    bb = importer.bb
-    data = inputs[0]
-    dtype = str(data.ty.dtype)
-    value = inputs[2] if len(inputs) > 2 and not _absent(importer, inputs[2]) else relax.const(0, dtype)
-    pads = as_tensor(bb, inputs[1], "int64")
-    if with_axes:
-        pads = _pads_of_every_axis(importer, pads, inputs[3], ndim_of(data))
-    return ops.pad(bb, data, pads, as_tensor(bb, value, dtype), mode=str_attr(attrs.get("mode"), "constant"))
-
-
-def _pads_of_every_axis(importer, pads, axes, ndim: int):
-    """Pad's ``pads`` for the listed ``axes`` (begins, then ends) spread over
-    every axis, the others padded by 0: a gather from ``pads`` and a 0."""
-    listed = const_value(importer, axes)
-    if listed is None:
-        raise UnsupportedOnnxOp("Pad with axes given at run time is not supported (constant axes are)")
-    listed = [int(a) for a in listed.reshape(-1)]
-    if any(not -ndim <= a < ndim for a in listed) or len({a % ndim for a in listed}) != len(listed):
-        raise ValueError(f"Pad's axes {listed} must be distinct axes of a rank-{ndim} input")
-    if _length(pads) != 2 * len(listed):
-        raise ValueError(f"Pad's pads must hold 2 values per axis: {len(listed)} axes, {_length(pads)} pads")
-    position = {a % ndim: k for k, a in enumerate(listed)}
-    zero = 2 * len(listed)  # (the index of the appended 0)
-    index = [position[d] + k * len(listed) if d in position else zero for k in (0, 1) for d in range(ndim)]
-    bb = importer.bb
-    pads = pads if str(pads.ty.dtype) == "int64" else bb.normalize(relax.op.astype(pads, "int64"))
-    padded = bb.normalize(relax.op.concat([pads, relax.const(np.zeros(1, np.int64), "int64")], axis=0))
-    return bb.normalize(relax.op.take(padded, relax.const(np.array(index, np.int64), "int64"), axis=0))
 
 
 def tvm_converter(importer, op_type: str, inputs, attrs, opset):
