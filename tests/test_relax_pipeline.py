@@ -289,3 +289,17 @@ def test_positive_entries_gathered_by_nonzero(target):
     values = np.array([1.5, -2, 3, 0, 5, np.nan, -np.inf, np.inf], np.float32)
     (got,), _ = _run_tvm(vm, device, [values])
     np.testing.assert_array_equal(got, values[None, values > 0])
+
+
+@pytest.mark.parametrize("value", [np.zeros(0, np.int64), np.zeros((2, 0), np.int32), np.array([3, -1], np.int64)])
+def test_host_constant_kernels_write_their_values_empty_ones_included(value):
+    """The kernels that put constants on the host for host shape kernels
+    (``host_shapes._constant_kernel``): an empty constant (what folding
+    ``Slice(Shape(x), 0, 0)`` leaves, in Faster R-CNN) has no element to
+    choose from."""
+    from shapefn.relax.host_shapes import _constant_kernel
+
+    kernel = tvm.compile(tvm.IRModule({"main": _constant_kernel(value)}), target="llvm")
+    out = tvm.runtime.tensor(np.full(value.shape, 7, value.dtype))
+    kernel["main"](out)
+    np.testing.assert_array_equal(out.numpy(), value)

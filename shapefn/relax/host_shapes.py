@@ -255,6 +255,8 @@ def _constant_kernel(value: np.ndarray) -> tirx.PrimFunc:
     flat = [tirx.const(v.item(), dtype) for v in value.reshape(-1)]
 
     def element(*index):
+        if not flat:  # (an empty constant: no element is ever written)
+            return tirx.const(0, dtype)
         position = tirx.const(0, "int64")
         for i, extent in zip(index, value.shape):
             position = position * extent + i
