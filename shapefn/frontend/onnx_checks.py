@@ -86,7 +86,7 @@ def check_shapes(model: onnx.ModelProto) -> None:
         # their expansion passes (MeanVarianceNormalization's default axes).
         try:
             _infer_shapes(expand_functions(model, set(), DEFAULT_DOMAINS))
-        except onnx.shape_inference.InferenceError:
+        except (onnx.shape_inference.InferenceError, RuntimeError):  # (RuntimeError: ONNX's inliner's own checks)
             raise InvalidOnnxModel(f"the ONNX model fails ONNX's shape inference: {err}") from None
 
 
