@@ -74,12 +74,15 @@ def tile(bb: relax.BlockBuilder, data: relax.Expr, repeats: relax.Expr) -> relax
 
 
 def arange(bb: relax.BlockBuilder, start: relax.Expr, stop: relax.Expr, step: relax.Expr,
-           dtype: str | None = None) -> relax.Expr:
-    """``np.arange(start, stop, step)`` from scalar tensors (ONNX Range)."""
+           dtype: str | None = None, values: tuple[relax.Expr, relax.Expr] | None = None) -> relax.Expr:
+    """``np.arange(start, stop, step)`` from scalar tensors (ONNX Range).
+    ``values`` (a first value and a step) replace ``start`` and ``step`` in
+    the values, where the length is computed apart (half precision)."""
     dtype = dtype or str(_ty(start).dtype)
     (dims,) = emit_shape(bb, "relax.arange", [start, stop, step], [1], prefix="arange")
     kernel = _kernel(bb, f"shapefn_arange_{dtype}", lambda: dynamic.arange(dtype))
-    return bb.emit(relax.call_tir(kernel, [_scalar(bb, start, dtype), _scalar(bb, step, dtype)],
+    first, delta = values or (start, step)
+    return bb.emit(relax.call_tir(kernel, [_scalar(bb, first, dtype), _scalar(bb, delta, dtype)],
                                   relax.TensorType(dims, dtype)))
 
 

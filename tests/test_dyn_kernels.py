@@ -210,7 +210,7 @@ def test_legalize_resize2d_builds_and_runs_with_symbolic_sizes(rng):
 # --------------------------------------------------------------------------- pad
 @pytest.fixture(scope="module")
 def pad_lib():
-    return build({mode: dyn_kernels.pad(2, "float32", mode) for mode in ("constant", "edge", "reflect")}
+    return build({mode: dyn_kernels.pad(2, "float32", mode) for mode in ("constant", "edge", "reflect", "wrap")}
                  | {"constant_3d_int": dyn_kernels.pad(3, "int64")})
 
 
@@ -231,7 +231,7 @@ def out_shape(shape, pads):
     return tuple(shape[a] + pads[a] + pads[a + ndim] for a in range(ndim))
 
 
-@pytest.mark.parametrize("mode", ["constant", "edge", "reflect"])
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect", "wrap"])
 @pytest.mark.parametrize("shape, pads", [
     ((3, 4), [1, 2, 2, 1]),
     ((5, 1), [0, 3, 4, 0]),
@@ -246,8 +246,9 @@ def test_pad_matches_numpy_and_onnxruntime(pad_lib, rng, mode, shape, pads):
     _, _, _, out = call(pad_lib[mode], data, pads_t, value, np.zeros(ref.shape, "float32"))
     np.testing.assert_array_equal(out, ref)
     cropped = numpy_pad(data, [min(p, 0) for p in pads], "constant", 0)
-    if mode != "reflect" or min(cropped.shape) >= 2:
-        # onnxruntime refuses to reflect an axis shorter than 2 (numpy repeats it).
+    if mode != "wrap" and (mode != "reflect" or min(cropped.shape) >= 2):
+        # onnxruntime refuses to reflect an axis shorter than 2 (numpy repeats it);
+        # wrap is opset 19's (test_onnx_ops_dynamic compares it with onnxruntime).
         (ort_ref,) = run_onnx("Pad", [("x", data), ("pads", pads_t), ("value", value)], mode=mode)
         np.testing.assert_array_equal(out, ort_ref)
 

@@ -325,6 +325,19 @@ def network_cases():
     yield "MaxPool", model([node("MaxPool", ["x"], ["y"], kernel_shape=[1, 1], strides=[2, 2], pads=[0, 0, 0, 0],
                                  ceil_mode=0, dilations=[1, 1])], [("x", F, [1, c, "H", "W"])],
                            [("y", F, None)]), images
+    # MaxPool's Indices output (shapefn's converter): ties (small integers) go
+    # to the first in window order, padding never wins, column-major planes.
+    def ties(*shape):
+        return rng.integers(-2, 3, shape).astype(np.float32)
+
+    yield "MaxPool-indices-2d", model(
+        [node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1], dilations=[1, 2],
+              ceil_mode=1, storage_order=1)],
+        [("x", F, ["N", 2, 5, 4])], [("y", F, None), ("i", I64, None)], opset=12), \
+        [[ties(n, 2, 5, 4) - 3] for n in (2, 1)]
+    yield "MaxPool-indices-1d", model(
+        [node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3], strides=[2], auto_pad="SAME_UPPER")],
+        [("x", F, ["N", 3, 7])], [("y", F, None), ("i", I64, None)], opset=12), [[ties(n, 3, 7)] for n in (2, 0)]
     yield "Gemm", model([node("Gemm", ["x", "w", "b"], ["y"], alpha=1.0, beta=1.0, transB=1)], [("x", F, ["N", 12])],
                         [("y", F, None)], {"w": uniform((10, 12), -0.3, 0.3), "b": uniform(10)}), \
         [[uniform((n, 12))] for n in (4, 1, 0)]

@@ -163,6 +163,9 @@ def pad_resize_cases():
                             [("x", F, [2, "H", "W"]), ("p", I64, [4])], [("y", F, None)], {"axes": i64(-1, 1)},
                             opset=18), \
         [[uniform((2, 3, 4)), i64(1, 0, 2, 1)], [uniform((2, 1, 2)), i64(0, 3, 0, 0)]]
+    # Wrap (opset 19), cropping one axis and wrapping the other around.
+    yield "Pad-wrap", model([node("Pad", ["x", "p"], ["y"], mode="wrap")], [("x", F, ["H", 3])], [("y", F, None)],
+                            {"p": i64(1, -1, 2, 2)}, opset=19), [[uniform((4, 3))], [uniform((3, 3))]]
     # torch's F.pad as exported: Concat(pads, zeros) -> [-1, 2] -> reversed ->
     # transposed -> flat ONNX pads, from a runtime [left, right, top, bottom].
     yield "Pad-torch-chain", model(
@@ -355,6 +358,26 @@ _ATOL = {"RoiAlign": 1e-5}
 @pytest.mark.parametrize("case", COUNT_SIZED)
 def test_count_sized_and_control_flow(onnx_check, case):
     onnx_check(*COUNT_SIZED[case], atol=_ATOL.get(case, 1e-6))
+
+
+def test_range_of_float16_matches_onnxruntime():
+    """Half-precision Range bounds given at run time: the length computed
+    in half precision, as onnxruntime computes it. On sim (PoCL's CPU
+    device has no half precision)."""
+    import onnxruntime as ort
+
+    import shapefn
+    from shapefn.frontend import from_onnx
+
+    half = TensorProto.FLOAT16
+    m = model([node("Range", ["a", "b", "d"], ["y"])], [("a", half, []), ("b", half, []), ("d", half, [])],
+              [("y", half, None)], opset=27)
+    m.ir_version = 13
+    vm = shapefn.VirtualMachine(shapefn.compile(from_onnx(m), "sim"), shapefn.sim(strict=True))
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for a, b, d in ((1.0, 5.5, 0.7), (0.1, 0.1, 1.0), (9.0, -2.0, -3.3), (0.0, 1.0, 0.001)):
+        args = [np.array(v, np.float16) for v in (a, b, d)]
+        np.testing.assert_array_equal(vm(*args).numpy(), session.run(None, dict(zip("abd", args)))[0])
 
 
 def op_types(graph):

@@ -24,7 +24,17 @@ from ..compiler import te_params
 from ..compiler.placement import key
 from ..compiler.sources import name_after_sources
 from ..errors import InvalidOnnxModel, UnsupportedOnnxOp
-from . import onnx_converters, onnx_layers, onnx_losses, onnx_math, onnx_reduce, onnx_resize, onnx_sequences  # noqa: F401  (they register their converters)
+from . import (  # noqa: F401  (they register their converters)
+    onnx_converters,
+    onnx_layers,
+    onnx_losses,
+    onnx_math,
+    onnx_ml,
+    onnx_reduce,
+    onnx_resize,
+    onnx_sequences,
+    onnx_signal,
+)
 from .onnx_checks import DEFAULT_DOMAINS, check_nodes, check_operators, check_shapes, for_checker, node_label
 from .onnx_functions import expand_functions, expand_preview, expandable, fold_constant_sizes, opset_of
 from .onnx_loop import convert_loop
@@ -199,6 +209,9 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
             for node in graph.node:
                 self._construct_node(node)
             results = [self._as_tensor(self._nodes[o.name]) for o in graph.output]
+            if not all(isinstance(r, relax.Expr) for r in results):
+                raise UnsupportedOnnxOp(f"If's branch '{graph.name}' returns a sequence or an optional value; "
+                                        "shapefn's If returns tensors only")
             result = results[0] if len(results) == 1 else relax.Tuple(results)
             result = self.bb.emit(result) if not isinstance(result, relax.Var) else result
         finally:

@@ -16,6 +16,9 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 _MICROSOFT_DOMAIN = "com.microsoft"
 _MICROSOFT_OPS = {"Attention", "BiasGelu", "EmbedLayerNormalization", "FastGelu", "Gelu", "MatMulInteger16",
                   "SkipLayerNormalization"}
+# Operators of ONNX's classical machine-learning domain shapefn converts (onnx_ml.py).
+_ML_DOMAIN = "ai.onnx.ml"
+ML_OPS = {"ArrayFeatureExtractor", "Binarizer"}
 # The domain nodes the checker has no schema for are moved to, on its copy.
 _UNCHECKED_DOMAIN = "shapefn.unchecked"
 
@@ -36,6 +39,8 @@ def check_operators(model: onnx.ModelProto, supported: set[str], where: str = ""
         if node.domain in DEFAULT_DOMAINS and node.op_type in supported:
             continue
         if node.domain == _MICROSOFT_DOMAIN and node.op_type in _MICROSOFT_OPS:
+            continue
+        if node.domain == _ML_DOMAIN and node.op_type in ML_OPS:
             continue
         op = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
         unsupported.setdefault(op, []).append(node_label(node))

@@ -320,6 +320,14 @@ def range_(importer, inputs, attrs, opset):
     bb = importer.bb
     dtype = str(inputs[0].ty.dtype) if isinstance(inputs[0].ty, relax.TensorType) else "int64"
     start, limit, delta = (as_tensor(bb, v, dtype) for v in inputs)
+    if dtype == "float16":
+        # Shape functions take no half-precision values: the length
+        # (ONNX's max(ceil((limit - start) / delta), 0)) is computed in
+        # half precision, then given as a float32 range 0..length.
+        length = relax.op.ceil(relax.op.divide(relax.op.subtract(limit, start), delta))
+        length = bb.emit(relax.op.astype(relax.op.maximum(length, relax.const(0, "float16")), "float32"))
+        return ops.arange(bb, relax.const(0, "float32"), length, relax.const(1, "float32"), dtype,
+                          values=(start, delta))
     return ops.arange(bb, start, limit, delta, dtype)
 
 

@@ -3,7 +3,7 @@ another result than ONNX defines or needs sizes known at import time:
 normalizations (their statistics outputs, training-mode running
 statistics; LpNormalization, which TVM lacks), Pad with pads or a value
 given at run time or with ``axes``, and MaxPool with SAME padding or ``ceil_mode`` over sizes
-known only at run time. Registered in ``onnx_converters.CONVERTERS`` when
+known only at run time or with its Indices output. Registered in ``onnx_converters.CONVERTERS`` when
 imported (``onnx.py`` imports this module)."""
 from __future__ import annotations
 
@@ -85,6 +85,8 @@ def max_pool(importer, inputs, attrs, opset):
     padded first, by amounts computed from its size at run time."""
     data = inputs[0]
     ty = data.ty
+    if attrs["tvm_custom"]["num_outputs"] == 2:
+        return _max_pool_with_indices(importer.bb, data, attrs)
     mode = str_attr(attrs.get("auto_pad"), "NOTSET")
     same = mode in ("SAME_UPPER", "SAME_LOWER")
     if attrs["tvm_custom"]["num_outputs"] != 1 or not (same or attrs.get("ceil_mode", 0)) \
@@ -116,6 +118,92 @@ def max_pool(importer, inputs, attrs, opset):
     lowest = -np.inf if "float" in dtype else np.iinfo(dtype).min
     padded = ops.pad(bb, data, amounts, relax.const(lowest, dtype))
     return relax.op.nn.max_pool2d(padded, kernel, strides, [0, 0, 0, 0], dilations)
+
+
+def _max_pool_with_indices(bb: relax.BlockBuilder, data, attrs):
+    """MaxPool and its Indices output (the flat index of each maximum in
+    the input, the first in window order where several are equal; column-
+    major within a 2-D plane for ``storage_order=1``), over spatial sizes
+    known at import: every window offset is a strided slice of the padded
+    input, the maximum and the first offset reaching it are reductions
+    over the offsets, and each (offset, output position)'s input index is a
+    constant table."""
+    ty = data.ty
+    spatial = ty.shape.values[2:] if ty.shape is not None else ()
+    if ty.shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in spatial):
+        raise UnsupportedOnnxOp("MaxPool's Indices output is supported over spatial sizes known at import",
+                                {"MaxPool": []})
+    sizes = [int(d) for d in spatial]
+    rank = len(sizes)
+    kernel = [int(k) for k in attrs["kernel_shape"]]
+    strides = [int(s) for s in attrs.get("strides", [1] * rank)]
+    dilations = [int(d) for d in attrs.get("dilations", [1] * rank)]
+    mode = str_attr(attrs.get("auto_pad"), "NOTSET")
+    pads = [int(p) for p in attrs.get("pads", [0] * 2 * rank)] if mode == "NOTSET" else [0] * 2 * rank
+    order = int(attrs.get("storage_order", 0))
+    if order not in (0, 1) or (order == 1 and rank != 2):
+        raise UnsupportedOnnxOp(f"MaxPool's storage_order={order} is supported for 2-D pools only",
+                                {"MaxPool": []})
+    counts, befores = [], []
+    for a, (size, k, s, d) in enumerate(zip(sizes, kernel, strides, dilations)):
+        window = (k - 1) * d + 1
+        if mode in ("SAME_UPPER", "SAME_LOWER"):
+            count = _ceildiv(size, s)
+            total = max((count - 1) * s + window - size, 0)
+            before = total // 2 if mode == "SAME_UPPER" else total - total // 2
+        else:
+            before, after = (0, 0) if mode == "VALID" else (pads[a], pads[a + rank])
+            span = size + before + after - window
+            if attrs.get("ceil_mode", 0):
+                # A last window starting in the padding after is dropped.
+                count = min(_ceildiv(span, s), (size + before - 1) // s) + 1
+            else:
+                count = span // s + 1
+        counts.append(count)
+        befores.append(before)
+    offsets = list(np.ndindex(*kernel))
+    # positions[d][j][o]: input position on axis d of offset j at output position o.
+    positions = [np.array([[o * s - b + off[d] * dil for o in range(n)] for off in offsets])
+                 for d, (n, s, b, dil) in enumerate(zip(counts, strides, befores, dilations))]
+    grid = np.ix_(*[np.arange(n) for n in counts])
+    valid = np.ones((len(offsets), *counts), bool)
+    flat = np.zeros((len(offsets), *counts), np.int64)
+    place = [int(np.prod(sizes[d + 1:])) for d in range(rank)] if order == 0 else [1, sizes[0]]
+    for j in range(len(offsets)):
+        for d in range(rank):
+            p = positions[d][j][grid[d]]
+            valid[j] &= (p >= 0) & (p < sizes[d])
+            flat[j] += p * place[d]
+    if not valid.any(axis=0).all():
+        raise ValueError("MaxPool: a window lies wholly in the padding (pads as large as the kernel)")
+    dtype = str(ty.dtype)
+    lowest = float("-inf") if "float" in dtype else int(np.iinfo(dtype).min)
+    grow = [max((n - 1) * s + (k - 1) * d + 1 - size - b, 0)
+            for n, s, k, d, size, b in zip(counts, strides, kernel, dilations, sizes, befores)]
+    padded = bb.emit(relax.op.nn.pad(data, [0, 0, 0, 0] + [v for pair in zip(befores, grow) for v in pair],
+                                     pad_value=lowest))
+    axes = list(range(2, 2 + rank))
+    windows = []
+    for off in offsets:
+        begin = [o * d for o, d in zip(off, dilations)]
+        end = [b + (n - 1) * s + 1 for b, n, s in zip(begin, counts, strides)]
+        window = relax.op.strided_slice(padded, axes, begin, end, strides)
+        windows.append(bb.emit(relax.op.expand_dims(window, 0)))
+    stacked = bb.emit(relax.op.concat(windows, axis=0))  # [offsets, N, C, *counts]
+    mask = relax.const(valid.reshape(len(offsets), 1, 1, *counts))
+    candidates = bb.emit(relax.op.where(mask, stacked, relax.const(lowest, dtype)))
+    maximum = bb.emit(relax.op.max(candidates, axis=0))
+    hit = relax.op.logical_and(mask, relax.op.equal(candidates, relax.op.expand_dims(maximum, 0)))
+    first = bb.emit(relax.op.argmax(relax.op.astype(hit, "int32"), axis=0, keepdims=True))
+    chosen = relax.op.equal(relax.const(np.arange(len(offsets), dtype=np.int32).reshape(-1, 1, 1, *[1] * rank),
+                                        "int32"), first)
+    table = relax.const(flat.reshape(len(offsets), 1, 1, *counts), "int64")
+    within = bb.emit(relax.op.sum(relax.op.where(chosen, table, relax.const(0, "int64")), axis=0))
+    batch, channels = ty.shape.values[:2]
+    planes = relax.op.arange(0, batch * channels, 1, "int64")
+    plane = relax.op.multiply(relax.op.reshape(planes, [batch, channels, *[1] * rank]),
+                              relax.const(int(np.prod(sizes)), "int64"))
+    return relax.Tuple([maximum, bb.emit(relax.op.add(within, plane))])
 
 
 def _ceildiv(a, b):
@@ -173,7 +261,8 @@ def lp_normalization(importer, inputs, attrs, opset):
 @converter("Pad")
 def pad(importer, inputs, attrs, opset):
     with_axes = len(inputs) > 3 and not _absent(importer, inputs[3])
-    if opset < 11 or (not with_axes and const_value(importer, inputs[1]) is not None
+    mode = str_attr(attrs.get("mode"), "constant")
+    if opset < 11 or (not with_axes and mode != "wrap" and const_value(importer, inputs[1]) is not None
                       and (len(inputs) < 3 or _absent(importer, inputs[2])
                            or const_value(importer, inputs[2]) is not None)):
         return NotImplemented
@@ -184,7 +273,7 @@ def pad(importer, inputs, attrs, opset):
     pads = as_tensor(bb, inputs[1], "int64")
     if with_axes:
         pads = _pads_of_every_axis(importer, pads, inputs[3], ndim_of(data))
-    return ops.pad(bb, data, pads, as_tensor(bb, value, dtype), mode=str_attr(attrs.get("mode"), "constant"))
+    return ops.pad(bb, data, pads, as_tensor(bb, value, dtype), mode=mode)
 
 
 def _pads_of_every_axis(importer, pads, axes, ndim: int):

@@ -118,11 +118,17 @@ def tile(in_ndim: int, out_ndim: int, dtype: str = "float32") -> tirx.PrimFunc:
 # --------------------------------------------------------------------------- arange
 def arange(dtype: str = "int64") -> tirx.PrimFunc:
     """ONNX Range / ``np.arange``: ``(start, step, out)``, start and step 0-d
-    tensors, ``out[i] = start + i * step`` computed in ``dtype``."""
+    tensors, ``out[i] = start + i * step`` computed in ``dtype`` (half
+    precision in float32, rounded once: ``i * step`` alone may round)."""
     start = te.placeholder((), dtype, name="start")
     step = te.placeholder((), dtype, name="step")
-    out = te.compute((te.var("n", "int64"),),
-                     lambda i: start[()] + tirx.Cast(dtype, i) * step[()], name="out")
+    compute_in = "float32" if dtype == "float16" else dtype
+
+    def value(i):
+        first, delta = (tirx.Cast(compute_in, v[()]) for v in (start, step))
+        return tirx.Cast(dtype, first + tirx.Cast(compute_in, i) * delta)
+
+    out = te.compute((te.var("n", "int64"),), value, name="out")
     return te.create_prim_func([start, step, out]).with_attr("global_symbol", "arange")
 
 
@@ -131,11 +137,12 @@ def pad(ndim: int, dtype: str = "float32", mode: str = "constant") -> tirx.PrimF
     """ONNX Pad: ``(data, pads, value, out)``; pads int64 ``[2 * ndim]`` as
     ``[b0..b{n-1}, e0..e{n-1}]`` (negative crops), value a 0-d tensor.
 
-    Negative pads crop first; "edge" and "reflect" then extend the cropped
-    data (``np.pad`` semantics, reflect repeating for pads longer than the
-    data) and ignore ``value``. An axis cropped to nothing yields ``value``.
+    Negative pads crop first; "edge", "reflect" and "wrap" then extend the
+    cropped data (``np.pad`` semantics, reflect and wrap repeating for pads
+    longer than the data) and ignore ``value``. An axis cropped to nothing
+    yields ``value``.
     """
-    if mode not in ("constant", "edge", "reflect"):
+    if mode not in ("constant", "edge", "reflect", "wrap"):
         raise ValueError(f"pad: unsupported mode {mode!r}")
     data = te.placeholder(sizes("n", ndim), dtype, name="data")
     pads = te.placeholder((i64(2 * ndim),), "int64", name="pads")
@@ -155,6 +162,8 @@ def pad(ndim: int, dtype: str = "float32", mode: str = "constant") -> tirx.PrimF
                 inside.append(kept > zero)
                 if mode == "edge":
                     p = tirx.min(tirx.max(p, zero), kept - one)
+                elif mode == "wrap":
+                    p = tirx.floormod(p, tirx.max(kept, one))
                 else:
                     period = tirx.max(2 * (kept - one), one)
                     p = tirx.floormod(tirx.abs(p), period)
