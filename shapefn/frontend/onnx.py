@@ -34,6 +34,7 @@ from . import (  # noqa: F401  (they register their converters)
     onnx_resize,
     onnx_sequences,
     onnx_signal,
+    onnx_training,
 )
 from .onnx_checks import DEFAULT_DOMAINS, check_nodes, check_operators, check_shapes, for_checker, node_label
 from .onnx_functions import expand_functions, expand_preview, expandable, fold_constant_sizes, opset_of

@@ -18,7 +18,12 @@ _MICROSOFT_OPS = {"Attention", "BiasGelu", "EmbedLayerNormalization", "FastGelu"
                   "SkipLayerNormalization"}
 # Operators of ONNX's classical machine-learning domain shapefn converts (onnx_ml.py).
 _ML_DOMAIN = "ai.onnx.ml"
-ML_OPS = {"ArrayFeatureExtractor", "Binarizer"}
+_ML_OPS = {"ArrayFeatureExtractor", "Binarizer"}
+# Optimizers of ONNX's preview training domain shapefn converts (onnx_training.py).
+_TRAINING_DOMAIN = "ai.onnx.preview.training"
+_TRAINING_OPS = {"Adagrad", "Adam", "Momentum"}
+_OTHER_DOMAINS_OPS = {(domain, op) for domain, ops in ((_MICROSOFT_DOMAIN, _MICROSOFT_OPS), (_ML_DOMAIN, _ML_OPS),
+                                                       (_TRAINING_DOMAIN, _TRAINING_OPS)) for op in ops}
 # The domain nodes the checker has no schema for are moved to, on its copy.
 _UNCHECKED_DOMAIN = "shapefn.unchecked"
 
@@ -38,9 +43,7 @@ def check_operators(model: onnx.ModelProto, supported: set[str], where: str = ""
     for node in all_nodes(model.graph):
         if node.domain in DEFAULT_DOMAINS and node.op_type in supported:
             continue
-        if node.domain == _MICROSOFT_DOMAIN and node.op_type in _MICROSOFT_OPS:
-            continue
-        if node.domain == _ML_DOMAIN and node.op_type in ML_OPS:
+        if (node.domain, node.op_type) in _OTHER_DOMAINS_OPS:
             continue
         op = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
         unsupported.setdefault(op, []).append(node_label(node))
