@@ -1,7 +1,11 @@
 """The optimizers of ONNX's ``ai.onnx.preview.training`` domain (shapefn's
 converters, ``frontend/onnx_training.py``) on sim and opencl against ONNX's
 reference implementation (onnxruntime has none): several tensors updated
-by one node, the first step (T = 0) and a later one, every attribute."""
+by one node, the first step (T = 0) and a later one, every attribute. And
+Dropout in training mode, whose mask shapefn draws from its seed
+(``frontend/onnx_math.py``): the same on both devices, dropping about the
+ratio, scaled as onnxruntime scales, and the input itself at ratio 0 or
+out of training."""
 import numpy as np
 import onnx
 import pytest
@@ -58,3 +62,37 @@ def test_optimizers_match_onnx_reference(device, case):
         want = reference.run(None, dict(zip([i.name for i in m.graph.input], feeds, strict=True)))
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-6)
+
+
+def dropout_model(seed=7):
+    node = helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"], **({"seed": seed} if seed is not None else {}))
+    graph = helper.make_graph([node], "dropout", [helper.make_tensor_value_info("x", F, ["N", 100]),
+                                                  helper.make_tensor_value_info("r", F, []),
+                                                  helper.make_tensor_value_info("t", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", F, None),
+                               helper.make_tensor_value_info("mask", TensorProto.BOOL, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_dropout_in_training_mode_drops_by_its_seed():
+    masks = {}
+    for device in ("sim", "opencl"):
+        if device == "opencl":
+            need_opencl()
+        vm = shapefn.VirtualMachine(shapefn.compile(from_onnx(dropout_model()), device), device)
+        x = uniform((50, 100)) + 4.0  # (no element is 0: a dropped one is)
+        for ratio in (0.3, 0.75):
+            y, mask = (v.numpy() for v in vm(x, np.array(ratio, np.float32), np.array(True)))
+            np.testing.assert_allclose(y, np.where(mask, x / (1 - np.float32(ratio)), 0), rtol=1e-6)
+            assert abs((~mask).mean() - ratio) < 0.03
+            masks.setdefault(ratio, mask)
+            np.testing.assert_array_equal(mask, masks[ratio])  # (the seed's mask, on every device and call)
+        for ratio, training in ((0.0, True), (0.5, False)):
+            y, mask = (v.numpy() for v in vm(x, np.array(ratio, np.float32), np.array(training)))
+            np.testing.assert_array_equal(y, x)
+            assert mask.all()
+
+
+def test_dropout_in_training_mode_without_a_seed_is_refused():
+    with pytest.raises(shapefn.UnsupportedOnnxOp, match="seed"):
+        from_onnx(dropout_model(seed=None))

@@ -29,9 +29,16 @@ HEADER = """\
 """
 
 
-def reason(message: str) -> str:
-    """One line saying why a case failed."""
+# Cases whose reference outputs are random draws (numpy's generator):
+# shapefn draws its own, from the node's seed.
+RANDOM = ("test_training_dropout",)
+
+
+def reason(name: str, message: str) -> str:
+    """One line saying why case ``name`` failed."""
     text = message.strip()
+    if name.startswith(RANDOM) and ("Not equal to tolerance" in text or "Mismatched elements" in text):
+        return "random by definition: shapefn's mask comes from the seed, the reference's from numpy's generator"
     if "Not equal to tolerance" in text or "Mismatched elements" in text or "Arrays are not equal" in text \
             or "Items are not equal" in text or "nan location mismatch" in text:
         return "wrong answer: " + " ".join(text.split())[:160]
@@ -57,7 +64,7 @@ def main(argv: list[str]) -> int:
             failed = [c for c in case if c.tag in ("failure", "error")]
             counts["failed" if failed else "passed"] += 1
             if failed:
-                failures[case.get("name")] = reason(failed[0].get("message") or failed[0].text or "")
+                failures[case.get("name")] = reason(case.get("name"), failed[0].get("message") or failed[0].text or "")
     LIST.write_text(HEADER + "".join(f"{name}\t{why}\n" for name, why in sorted(failures.items())))
     wrong = sum(why.startswith("wrong answer") for why in failures.values())
     print(f"{counts['passed']} passed, {counts['failed']} failed ({wrong} wrong answers); wrote {LIST}")

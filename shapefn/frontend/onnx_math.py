@@ -100,20 +100,63 @@ def power(importer, inputs, attrs, opset):
 
 @converter("Dropout")
 def dropout(importer, inputs, attrs, opset):
-    """Dropout in inference: its input and an all-true boolean mask (TVM's
-    converter gives a float mask). In training mode it drops elements at
-    random, which shapefn does not do: refused, unless its ratio is 0."""
+    """Dropout: its input and an all-true boolean mask in inference (TVM's
+    converter gives a float mask). In training mode (``training_mode`` true,
+    or given at run time) with a ``seed``, each element is kept where a
+    hash of the seed and its index, as a number in [0, 1), is at least the
+    ratio, and scaled by ``1 / (1 - ratio)``: the same elements drop on
+    every call and every device. Without a seed, ONNX asks for a random
+    mask, which shapefn does not draw: refused, unless the ratio is 0."""
     bb = importer.bb
     data = as_tensor(bb, inputs[0])
-    if opset >= 12 and len(inputs) > 2 and inputs[2] is not None:
-        ratio = const_value(importer, inputs[1]) if len(inputs) > 1 and inputs[1] is not None else np.array(0.5)
-        drops = ratio is None or float(np.asarray(ratio).reshape(-1)[0]) != 0.0
-        training = const_value(importer, inputs[2])
-        if drops and (training is None or bool(np.asarray(training).reshape(-1)[0])):
-            raise UnsupportedOnnxOp("Dropout in training mode (training_mode true or given at run time, a ratio "
-                                    "other than 0) drops elements at random; shapefn does not", {"Dropout": []})
-    mask = relax.op.ones_like(data, "bool")
-    return relax.Tuple([data, bb.normalize(mask)])
+    training = inputs[2] if opset >= 12 and len(inputs) > 2 and inputs[2] is not None else None
+    trained = const_value(importer, training) if training is not None else np.array(False)
+    if trained is not None and not bool(np.asarray(trained).reshape(-1)[0]):
+        return relax.Tuple([data, bb.normalize(relax.op.ones_like(data, "bool"))])
+    ratio = inputs[1] if len(inputs) > 1 and inputs[1] is not None else relax.const(0.5, _dtype(data))
+    if "seed" not in attrs:
+        known = const_value(importer, ratio)
+        if known is None or float(np.asarray(known).reshape(-1)[0]) != 0.0:
+            raise UnsupportedOnnxOp("Dropout in training mode without a seed (training_mode true or given at run "
+                                    "time, a ratio other than 0) drops elements at random; shapefn drops them "
+                                    "by the seed attribute only", {"Dropout": []})
+    dtype = _dtype(data)
+    ratio = bb.emit(relax.op.astype(relax.op.reshape(as_tensor(bb, ratio), []), "float32"))
+    uniform = _seeded_uniform(bb, data, int(attrs.get("seed", 0)))
+    keep = relax.op.greater_equal(uniform, ratio)
+    if training is not None and trained is None:
+        keep = relax.op.logical_or(keep, relax.op.logical_not(relax.op.reshape(as_tensor(bb, training), [])))
+    keep = bb.emit(keep)
+    scale = relax.op.divide(relax.const(1.0, "float32"), relax.op.subtract(relax.const(1.0, "float32"), ratio))
+    if training is not None and trained is None:
+        scale = relax.op.where(relax.op.reshape(as_tensor(bb, training), []), scale, relax.const(1.0, "float32"))
+    scaled = relax.op.multiply(data, relax.op.astype(scale, dtype))
+    return relax.Tuple([bb.emit(relax.op.where(keep, scaled, relax.const(0, dtype))), keep])
+
+
+def _seeded_uniform(bb, like, seed: int):
+    """A float32 in [0, 1) per element of ``like``: 24 bits of a 32-bit
+    integer hash (two multiply-xorshift rounds) of the element's flat
+    index mixed with ``seed``."""
+    ty = like.ty
+    count = 1
+    for d in ty.shape.values:
+        count = count * d
+    index = relax.op.astype(relax.op.arange(0, count, 1, "int64"), "uint32")
+
+    def u32(value):
+        return relax.const(np.array(value & 0xFFFFFFFF, np.uint32), "uint32")
+
+    def xorshift(x, bits):
+        return relax.op.bitwise_xor(x, relax.op.right_shift(x, u32(bits)))
+
+    x = relax.op.bitwise_xor(index, u32(seed * 0x9E3779B9))
+    x = relax.op.multiply(xorshift(x, 16), u32(0x7FEB352D))
+    x = relax.op.multiply(xorshift(x, 15), u32(0x846CA68B))
+    x = bb.emit(xorshift(x, 16))
+    fraction = relax.op.multiply(relax.op.astype(relax.op.right_shift(x, u32(8)), "float32"),
+                                 relax.const(1.0 / (1 << 24), "float32"))
+    return bb.emit(relax.op.reshape(fraction, ty.shape))
 
 
 def _refuse_float4(*dtypes: str) -> None:
