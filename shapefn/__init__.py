@@ -33,12 +33,12 @@ from .vm import Tensor, VirtualMachine
 __version__ = "0.1.0"
 
 
-def from_onnx(model, shape_dict=None):
+def from_onnx(model, shape_dict=None, sequence_lengths=None):
     """Imports an ONNX model (a ``ModelProto`` or a path) as a Relax module
     for ``shapefn.compile``; see ``shapefn.frontend.onnx``."""
     from .frontend import from_onnx as _from_onnx
 
-    return _from_onnx(model, shape_dict)
+    return _from_onnx(model, shape_dict, sequence_lengths)
 
 
 __all__ = [

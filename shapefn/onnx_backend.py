@@ -23,6 +23,7 @@ from onnx.backend.base import Backend, BackendRep
 from .compiler.compile import compile as _compile
 from .devices import sim, tvm_device_exists
 from .frontend import from_onnx
+from .frontend.onnx_sequence_inputs import sequence_inputs
 from .vm import VirtualMachine
 
 __all__ = ["DEVICE", "ShapefnBackend", "ShapefnRep", "prepare", "run_model", "run_node", "supports_device"]
@@ -46,17 +47,30 @@ def _device(device: str) -> str:
 
 class ShapefnRep(BackendRep):
     """A model compiled for one device; ``run`` takes its inputs (a list in
-    the graph's order, or a mapping by name) and returns its outputs as
-    numpy arrays (a list of them for a sequence), in the graph's order."""
+    the graph's order, or a mapping by name; a list of arrays for a sequence)
+    and returns its outputs as numpy arrays (a list of them for a sequence),
+    in the graph's order. A model with sequence inputs is compiled at its
+    first run for the lengths of the sequences given, and again for other
+    lengths."""
 
     def __init__(self, model: onnx.ModelProto, device: str):
         self.device = device
+        self.model = model
         initializers = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in initializers]
         self.output_names = [o.name for o in model.graph.output]
         self._sequences = [o.type.HasField("sequence_type") for o in model.graph.output]
-        self.executable = _compile(from_onnx(model), device)
-        self.vm = VirtualMachine(self.executable, sim() if device == "sim" else device)
+        self._sequence_inputs = set(sequence_inputs(model))
+        self._compiled: dict[tuple, VirtualMachine] = {}
+        if not self._sequence_inputs:
+            self.vm = self._vm_for({})
+
+    def _vm_for(self, lengths: dict[str, int]) -> VirtualMachine:
+        key = tuple(sorted(lengths.items()))
+        if key not in self._compiled:
+            executable = _compile(from_onnx(self.model, sequence_lengths=lengths), self.device)
+            self._compiled[key] = VirtualMachine(executable, sim() if self.device == "sim" else self.device)
+        return self._compiled[key]
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
         if isinstance(inputs, Mapping):
@@ -69,7 +83,16 @@ class ShapefnRep(BackendRep):
             if len(args) != len(self.input_names):
                 raise ValueError(f"the model takes {len(self.input_names)} inputs {self.input_names}, "
                                  f"got {len(args)}")
-        outputs = self.vm(*[np.asarray(a) for a in args])
+        lengths, flat = {}, []
+        for name, value in zip(self.input_names, args, strict=True):
+            if name in self._sequence_inputs:
+                if not isinstance(value, Sequence) or isinstance(value, str):
+                    raise TypeError(f"input {name!r} is a sequence: give a list of arrays, got {type(value).__name__}")
+                lengths[name] = len(value)
+                flat.extend(np.asarray(v) for v in value)
+            else:
+                flat.append(np.asarray(value))
+        outputs = self._vm_for(lengths)(*flat)
         outputs = [outputs] if len(self.output_names) == 1 else outputs
         return tuple([t.numpy() for t in (o if isinstance(o, list | tuple) else [o])] if sequence else o.numpy()
                      for o, sequence in zip(outputs, self._sequences, strict=True))

@@ -40,6 +40,7 @@ from .onnx_checks import DEFAULT_DOMAINS, check_nodes, check_operators, check_sh
 from .onnx_functions import expand_functions, expand_preview, expandable, fold_constant_sizes, opset_of
 from .onnx_loop import convert_loop
 from .onnx_scan import scans_as_loops
+from .onnx_sequence_inputs import sequences_as_tensors
 
 # How TVM's importer keeps shape values: ``Shape`` outputs as shapes
 # (``relax.ShapeExpr``, ``R.Shape``), and one size (``Gather(Shape(x), 0)``)
@@ -495,10 +496,13 @@ def _converted() -> set[str]:
 
 # (TVM's converters make kernels from TE: their sizes in a deterministic order)
 @te_params.in_order()
-def from_onnx(model, shape_dict: dict | None = None) -> tvm.IRModule:
+def from_onnx(model, shape_dict: dict | None = None, sequence_lengths: dict | None = None) -> tvm.IRModule:
     """Imports an ONNX model (a ``ModelProto`` or a path) as a Relax module
     for ``shapefn.compile``. Input shapes come from the model (symbolic where
-    it names them) unless ``shape_dict`` gives them. Raises, before
+    it names them) unless ``shape_dict`` gives them. A graph input that is a
+    sequence of tensors is imported for sequences of the length
+    ``sequence_lengths`` gives it: the compiled function then takes that
+    many tensors in its place (``onnx_sequence_inputs``). Raises, before
     converting anything, ``UnsupportedOnnxOp`` listing every operator that
     cannot be imported and the nodes using it, and ``InvalidOnnxModel`` for a
     malformed model (``onnx.checker``, ONNX's shape inference as onnxruntime
@@ -514,7 +518,7 @@ def from_onnx(model, shape_dict: dict | None = None) -> tvm.IRModule:
     # Before anything is converted: operators shapefn cannot import (every
     # one, subgraphs included), nodes as written, then what ONNX infers.
     converted = _converted()
-    model = expand_preview(model)
+    model = sequences_as_tensors(expand_preview(model), sequence_lengths or {})
     defined = expandable(model, converted, DEFAULT_DOMAINS)
     check_operators(model, converted | defined)
     check_nodes(model)

@@ -52,9 +52,12 @@ def check_operators(model: onnx.ModelProto, supported: set[str], where: str = ""
         kind = value.type.WhichOneof("value")
         if kind == "optional_type" and value.type.optional_type.elem_type.WhichOneof("value") == "tensor_type":
             continue  # (an optional tensor is a tensor, or absent)
-        if value.name not in initialized and kind in ("sequence_type", "optional_type", "map_type"):
+        if value.name not in initialized and kind == "sequence_type":
+            raise UnsupportedOnnxOp(f"graph input '{value.name}' is a sequence: from_onnx imports it for sequences "
+                                    f"of a given length (sequence_lengths={{{value.name!r}: n}})")
+        if value.name not in initialized and kind in ("optional_type", "map_type"):
             raise UnsupportedOnnxOp(f"graph input '{value.name}' is a {kind.split('_')[0]}: shapefn takes tensors "
-                                    "as inputs (sequences made inside the model are supported)")
+                                    "and sequences of tensors as inputs")
         elem_type = value.type.tensor_type.elem_type if kind == "tensor_type" else 0
         if value.name not in initialized and elem_type in _NOT_TAKEN:
             name = onnx.TensorProto.DataType.Name(elem_type)

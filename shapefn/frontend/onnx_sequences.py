@@ -102,3 +102,37 @@ def split(importer, inputs, attrs, opset):
         out.append(bb.normalize(relax.op.strided_slice(data, [axis], [begin], [end], assume_inbound=True)))
         begin = end
     return relax.Tuple(out)
+
+
+@converter("SequenceMap")
+def sequence_map(importer, inputs, attrs, opset):
+    """The body run once per position of the sequences (unrolled: their
+    length is known at import), each sequence input giving it the tensor at
+    that position and each tensor input itself; each body output gathered
+    into a sequence."""
+    bb = importer.bb
+    body = attrs["body"]
+    if len(body.input) != len(inputs):
+        raise ValueError(f"SequenceMap's body takes {len(body.input)} inputs, the node gives {len(inputs)}")
+    sequences = [_items(bb, v) if isinstance(getattr(v, "ty", None), relax.TupleType) else None for v in inputs]
+    if sequences[0] is None:
+        raise ValueError("SequenceMap's first input must be a sequence")
+    length = len(sequences[0])
+    if any(s is not None and len(s) != length for s in sequences):
+        raise ValueError(f"SequenceMap's sequences differ in length: {[len(s) for s in sequences if s is not None]}")
+    outer = dict(importer._nodes)
+    results = [[] for _ in body.output]
+    try:
+        for k in range(length):
+            importer._nodes = dict(outer)
+            for value, given, items in zip(body.input, inputs, sequences, strict=True):
+                importer._nodes[value.name] = items[k] if items is not None else given
+            for init in body.initializer:
+                importer._nodes[init.name] = relax.const(importer._parse_array(init))
+            for node in body.node:
+                importer._construct_node(node)
+            for out, value in zip(results, body.output, strict=True):
+                out.append(importer._as_tensor(importer._nodes[value.name]))
+    finally:
+        importer._nodes = outer
+    return relax.Tuple([relax.Tuple(items) for items in results])
