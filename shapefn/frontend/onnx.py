@@ -30,6 +30,7 @@ from . import (  # noqa: F401  (they register their converters)
     onnx_losses,
     onnx_math,
     onnx_ml,
+    onnx_quantized,
     onnx_reduce,
     onnx_resize,
     onnx_sequences,

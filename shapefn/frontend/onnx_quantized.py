@@ -1,0 +1,229 @@
+"""shapefn's ONNX converters for the quantized operators TVM's importer
+lacks: ``QLinearMatMul``, ``QLinearConv`` and ``ConvInteger`` (int8 and
+uint8): zero points subtracted and products accumulated in int32, the
+requantization multiplier ``(a_scale * b_scale) / y_scale`` computed in
+the scales' type (as ONNX's reference computes it), the accumulator times
+it rounded half to even in float64, plus the output zero point, saturated.
+Per-row (a) and per-column (b) quantization for ``QLinearMatMul``,
+per-output-channel weights for the convolutions, whose SAME padding over
+sizes known only at run time is computed then. Registered in
+``onnx_converters.CONVERTERS`` when imported (``onnx.py`` imports this
+module)."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .. import ops
+from ..errors import UnsupportedOnnxOp
+from .onnx_converters import as_tensor, converter, ndim_of, str_attr, tvm_converter
+
+_QUANTIZED = ("int8", "uint8")
+
+
+def _dtype(expr) -> str:
+    return str(expr.ty.dtype)
+
+
+def _refuse(op: str, what: str):
+    raise UnsupportedOnnxOp(f"{op} {what} is not supported", {op: []})
+
+
+def _optional(importer, inputs, i):
+    """Input ``i`` as a tensor, None where absent (an empty name)."""
+    return as_tensor(importer.bb, inputs[i]) if len(inputs) > i and inputs[i] is not None else None
+
+
+def _single(value) -> bool:
+    """A scalar or a tensor of one element, by sizes known at import."""
+    shape = value.ty.shape
+    if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape.values):
+        return False
+    return functools.reduce(lambda a, b: a * b, (int(d) for d in shape.values), 1) == 1
+
+
+def _check_types(op: str, values: dict, allowed) -> None:
+    for name, value in values.items():
+        if value is not None and _dtype(value) not in allowed:
+            _refuse(op, f"with {name} of type {_dtype(value)} (only {', '.join(allowed)})")
+
+
+def _per_tensor(bb, op: str, name: str, value):
+    """``value`` (a scale or zero point ONNX allows per tensor only) as a
+    0-d tensor: a ``[1]`` one must not add an axis to the result."""
+    if value is None:
+        return None
+    if not _single(value):
+        _refuse(op, f"with {name} of shape {value.ty.shape} (per-tensor, one element, only)")
+    return bb.normalize(relax.op.reshape(value, []))
+
+
+def _widened(bb, value, zero_point):
+    """``value - zero_point`` in int32 (exact for 8-bit operands)."""
+    wide = bb.normalize(relax.op.astype(value, "int32"))
+    if zero_point is None:
+        return wide
+    return bb.normalize(relax.op.subtract(wide, bb.normalize(relax.op.astype(zero_point, "int32"))))
+
+
+def _multiplier(bb, scale_dtype: str, x_scale, w_scale, y_scale):
+    """``x_scale * w_scale / y_scale`` rounded to the scales' type after
+    each operation, as ONNX's reference (numpy) computes it, in float64.
+    float16 is computed in float32 and rounded after each operation: the
+    product of two halves is exact in float32, and a float32 quotient
+    rounded to half is the correctly rounded half quotient (24 >= 2 * 11 + 2
+    bits), so this is numpy's float16 arithmetic without half arithmetic on
+    the device."""
+    def rounded(expr):
+        expr = bb.normalize(expr)
+        if scale_dtype == "float32":
+            return expr
+        return bb.normalize(relax.op.astype(bb.normalize(relax.op.astype(expr, scale_dtype)), "float32"))
+
+    if scale_dtype != "float32":
+        x_scale, w_scale, y_scale = (bb.normalize(relax.op.astype(s, "float32")) for s in (x_scale, w_scale, y_scale))
+    product = rounded(relax.op.multiply(x_scale, w_scale))
+    return bb.normalize(relax.op.astype(rounded(relax.op.divide(product, y_scale)), "float64"))
+
+
+def _requantized(bb, accumulator, multiplier, y_zero_point, out_dtype: str):
+    """``saturate(round_half_even(acc * multiplier) + y_zero_point)``, as
+    ONNX defines quantization and onnxruntime computes it (ONNX's reference
+    adds the zero point before rounding: another result at exact halves
+    with an odd zero point). In float64: the product of an int32 and a
+    float32 or float16 multiplier is exact there while ``|acc| < 2**29``."""
+    value = bb.normalize(relax.op.multiply(bb.normalize(relax.op.astype(accumulator, "float64")), multiplier))
+    value = bb.normalize(relax.op.round(value))
+    if y_zero_point is not None:
+        value = bb.normalize(relax.op.add(value, bb.normalize(relax.op.astype(y_zero_point, "float64"))))
+    info = np.iinfo(out_dtype)
+    return relax.op.astype(bb.normalize(relax.op.clip(value, float(info.min), float(info.max))), out_dtype)
+
+
+# ---- QLinearMatMul ----------------------------------------------------------------------------------
+def _matmul_parameter(bb, op: str, name: str, value, rank: int, row: bool):
+    """A scale or zero point of ``a`` (``row``) or ``b``, broadcastable to
+    the product: per tensor (one element) a 0-d tensor; per row of ``a`` an
+    ``[M]`` vector becomes ``[M, 1]``; per column of ``b`` ``[N]`` broadcasts
+    as it is; ``[..., M, 1]`` and ``[..., 1, N]`` (the operand's rank) too."""
+    if value is None:
+        return None
+    if _single(value):
+        return bb.normalize(relax.op.reshape(value, []))
+    ndim = value.ty.ndim
+    if rank < 2 or ndim not in (1, rank):
+        _refuse(op, f"with {name} of rank {ndim} for an operand of rank {rank} (one element, a vector per "
+                    f"{'row' if row else 'column'}, or the operand's rank)")
+    return bb.normalize(relax.op.expand_dims(value, -1)) if ndim == 1 and row else value
+
+
+@converter("QLinearMatMul")
+def qlinear_matmul(importer, inputs, attrs, opset):
+    op, bb = "QLinearMatMul", importer.bb
+    a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = (_optional(importer, inputs, i) for i in range(8))
+    _check_types(op, {"a": a, "b": b, "a_zero_point": a_zero, "b_zero_point": b_zero, "y_zero_point": y_zero},
+                 _QUANTIZED)
+    scale_dtype = _dtype(a_scale)
+    _check_types(op, {"a_scale": a_scale, "b_scale": b_scale, "y_scale": y_scale}, ("float32", "float16"))
+    if len({_dtype(s) for s in (a_scale, b_scale, y_scale)}) > 1:
+        _refuse(op, "with scales of different types")
+    a_rank, b_rank = ndim_of(a), ndim_of(b)
+    a_zero, a_scale = (_matmul_parameter(bb, op, name, v, a_rank, True)
+                       for name, v in (("a_zero_point", a_zero), ("a_scale", a_scale)))
+    b_zero, b_scale = (_matmul_parameter(bb, op, name, v, b_rank, False)
+                       for name, v in (("b_zero_point", b_zero), ("b_scale", b_scale)))
+    y_scale, y_zero = _per_tensor(bb, op, "y_scale", y_scale), _per_tensor(bb, op, "y_zero_point", y_zero)
+    accumulator = bb.normalize(relax.op.matmul(_widened(bb, a, a_zero), _widened(bb, b, b_zero), out_dtype="int32"))
+    multiplier = _multiplier(bb, scale_dtype, a_scale, b_scale, y_scale)
+    return _requantized(bb, accumulator, multiplier, y_zero, _dtype(y_zero) if y_zero is not None else _dtype(a))
+
+
+# ---- convolutions -----------------------------------------------------------------------------------
+def _channel_parameter(bb, op: str, name: str, value, ndim: int):
+    """A per-tensor or per-output-channel weight parameter, broadcastable
+    along axis 0 of a rank-``ndim`` tensor (the weights ``[M, C, k...]``;
+    the output ``[N, M, ...]`` takes it with ``ndim - 1``)."""
+    if value is None:
+        return None
+    if _single(value):
+        return bb.normalize(relax.op.reshape(value, []))
+    if value.ty.ndim != 1:
+        _refuse(op, f"with {name} of rank {value.ty.ndim} (one element or one per output channel)")
+    return bb.normalize(relax.op.expand_dims(value, list(range(1, ndim)))) if ndim > 1 else value
+
+
+def _integer_conv(importer, op: str, x, x_zero, w, w_zero, bias, attrs, opset):
+    """The int32 convolution of ``x - x_zero`` and ``w - w_zero`` plus the
+    int32 ``bias``: padding the shifted input with 0 pads the input with its
+    zero point, as ONNX defines it."""
+    bb = importer.bb
+    rank = ndim_of(x)
+    if rank not in (3, 4, 5):
+        _refuse(op, f"of rank-{rank} input (1-D, 2-D and 3-D convolutions only)")
+    x_zero = _per_tensor(bb, op, "x_zero_point", x_zero)
+    w_zero = _channel_parameter(bb, op, "w_zero_point", w_zero, ndim_of(w))
+    data, attrs = _same_padded(bb, op, _widened(bb, x, x_zero), w, attrs)
+    # (TVM's converter pops auto_pad from the attributes it is given)
+    result = bb.normalize(tvm_converter(importer, "Conv", [data, _widened(bb, w, w_zero), None], dict(attrs),
+                                        max(opset, 11)))
+    if bias is not None:
+        bias = bb.normalize(relax.op.astype(bias, "int32"))
+        result = bb.normalize(relax.op.add(result, _channel_parameter(bb, op, "B", bias, rank - 1)))
+    return result
+
+
+def _same_padded(bb, op: str, data, weight, attrs):
+    """``data`` padded as ONNX's SAME_UPPER / SAME_LOWER pads it, by amounts
+    computed from sizes known only at run time (TVM's converter computes
+    them at import), and the attributes without ``auto_pad``; otherwise
+    ``data`` and ``attrs`` as they are. The total padding of an axis,
+    ``(ceil(in / s) - 1) * s + window - in``, depends on ``in mod s``."""
+    mode = str_attr(attrs.get("auto_pad"), "NOTSET")
+    shape = data.ty.shape
+    if mode not in ("SAME_UPPER", "SAME_LOWER") or (
+            shape is not None and all(isinstance(d, tvm.tirx.IntImm) for d in shape.values[2:])):
+        return data, attrs
+    kernel = attrs.get("kernel_shape")
+    if kernel is None and weight.ty.shape is not None \
+            and all(isinstance(d, tvm.tirx.IntImm) for d in weight.ty.shape.values[2:]):
+        kernel = [int(d) for d in weight.ty.shape.values[2:]]
+    if shape is None or kernel is None:
+        _refuse(op, f"with auto_pad {mode} and sizes of unknown rank or a kernel shape known only at run time")
+    spatial = shape.values[2:]
+    strides = attrs.get("strides", [1] * len(spatial))
+    dilations = attrs.get("dilations", [1] * len(spatial))
+    befores, afters = [], []
+    for size, k, stride, dilation in zip(spatial, kernel, strides, dilations):
+        total = tvm.tirx.max(((size + stride - 1) // stride - 1) * stride + (k - 1) * dilation + 1 - size, 0)
+        befores.append(total // 2 if mode == "SAME_UPPER" else total - total // 2)
+        afters.append(total - befores[-1])
+    amounts = bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr([0, 0, *befores, 0, 0, *afters])))
+    attrs = {key: value for key, value in attrs.items() if key != "auto_pad"} | {"pads": [0] * 2 * len(spatial)}
+    return ops.pad(bb, data, amounts), attrs
+
+
+@converter("ConvInteger")
+def conv_integer(importer, inputs, attrs, opset):
+    op = "ConvInteger"
+    x, w, x_zero, w_zero = (_optional(importer, inputs, i) for i in range(4))
+    _check_types(op, {"x": x, "w": w, "x_zero_point": x_zero, "w_zero_point": w_zero}, _QUANTIZED)
+    return _integer_conv(importer, op, x, x_zero, w, w_zero, None, attrs, opset)
+
+
+@converter("QLinearConv")
+def qlinear_conv(importer, inputs, attrs, opset):
+    op, bb = "QLinearConv", importer.bb
+    x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, bias = (_optional(importer, inputs, i) for i in range(9))
+    _check_types(op, {"x": x, "w": w, "x_zero_point": x_zero, "w_zero_point": w_zero, "y_zero_point": y_zero},
+                 _QUANTIZED)
+    _check_types(op, {"x_scale": x_scale, "w_scale": w_scale, "y_scale": y_scale}, ("float32",))
+    _check_types(op, {"B": bias}, ("int32",))
+    accumulator = _integer_conv(importer, op, x, x_zero, w, w_zero, bias, attrs, opset)
+    scales = (_per_tensor(bb, op, "x_scale", x_scale), _channel_parameter(bb, op, "w_scale", w_scale, ndim_of(x) - 1),
+              _per_tensor(bb, op, "y_scale", y_scale))
+    y_zero = _per_tensor(bb, op, "y_zero_point", y_zero)
+    return _requantized(bb, accumulator, _multiplier(bb, "float32", *scales), y_zero,
+                        _dtype(y_zero) if y_zero is not None else _dtype(x))
