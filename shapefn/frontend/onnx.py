@@ -31,6 +31,7 @@ from . import (  # noqa: F401  (they register their converters)
     onnx_math,
     onnx_ml,
     onnx_quantized,
+    onnx_recurrent,
     onnx_reduce,
     onnx_resize,
     onnx_sequences,
@@ -159,6 +160,13 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
         _check_windows(node, inputs)
         _check_axis(node, inputs, attr)
         if op_name == "If":
+            taken = onnx_converters.const_value(self, inputs[0])
+            if taken is not None and taken.size == 1:
+                # (a condition known at import, as ONNX's function bodies test ranks and attributes: only the
+                # branch taken is imported, and its sizes stay known)
+                branch = attr["then_branch" if taken.item() else "else_branch"]
+                self._nodes.update((name, value) for name, value in zip(outputs, self._inlined(branch)) if name)
+                return
             cond = inputs[0]
             if isinstance(getattr(cond, "ty", None), relax.TensorType) and cond.ty.ndim == 1:
                 cond = self.bb.emit(relax.op.reshape(cond, []))
@@ -221,6 +229,19 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
             block = self.bb._end_block()
             self._nodes = outer
         return relax.SeqExpr([block], result)
+
+    def _inlined(self, graph) -> list:
+        """A subgraph's results, its nodes imported where the importer is;
+        outer values are visible, the subgraph's are not after it."""
+        outer = dict(self._nodes)
+        try:
+            for init in graph.initializer:
+                self._nodes[init.name] = relax.const(self._parse_array(init))
+            for node in graph.node:
+                self._construct_node(node)
+            return [self._nodes[o.name] for o in graph.output]
+        finally:
+            self._nodes = outer
 
     def _with_shape(self, value, name: str | None = None):
         """A tensor whose rank is known but shape is not, cast to fresh size
