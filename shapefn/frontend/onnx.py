@@ -36,6 +36,7 @@ from . import (  # noqa: F401  (they register their converters)
     onnx_resize,
     onnx_sequences,
     onnx_signal,
+    onnx_tensor_ops,
     onnx_training,
 )
 from .onnx_checks import DEFAULT_DOMAINS, check_nodes, check_operators, check_shapes, for_checker, node_label
@@ -164,8 +165,8 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
             if taken is not None and taken.size == 1:
                 # (a condition known at import, as ONNX's function bodies test ranks and attributes: only the
                 # branch taken is imported, and its sizes stay known)
-                branch = attr["then_branch" if taken.item() else "else_branch"]
-                self._nodes.update((name, value) for name, value in zip(outputs, self._inlined(branch)) if name)
+                results = self._inlined(attr["then_branch" if taken.item() else "else_branch"])
+                self._nodes.update((name, value) for name, value in zip(outputs, results) if name)
                 return
             cond = inputs[0]
             if isinstance(getattr(cond, "ty", None), relax.TensorType) and cond.ty.ndim == 1:
