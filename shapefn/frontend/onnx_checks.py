@@ -60,9 +60,17 @@ def check_operators(model: onnx.ModelProto, supported: set[str], where: str = ""
                                     "and sequences of tensors as inputs")
         elem_type = value.type.tensor_type.elem_type if kind == "tensor_type" else 0
         if value.name not in initialized and elem_type in _NOT_TAKEN:
-            name = onnx.TensorProto.DataType.Name(elem_type)
-            raise UnsupportedOnnxOp(f"graph input '{value.name}' is a tensor of {name}: shapefn's VM takes bool, "
-                                    "integer and float16/32/64 tensors")
+            raise UnsupportedOnnxOp(f"graph input '{value.name}' is a tensor of {_type_name(elem_type)}: "
+                                    f"{_TAKEN}")
+    for value in model.graph.output:
+        if value.type.WhichOneof("value") == "tensor_type" and value.type.tensor_type.elem_type in _NOT_TAKEN:
+            raise UnsupportedOnnxOp(f"graph output '{value.name}' is a tensor of "
+                                    f"{_type_name(value.type.tensor_type.elem_type)}: {_TAKEN}")
+    for node in all_nodes(model.graph):
+        to = next((a.i for a in node.attribute if a.name == "to"), None) if node.op_type == "Cast" else None
+        if to in _NOT_TAKEN:
+            raise UnsupportedOnnxOp(f"ONNX node Cast {node_label(node)} casts to {_type_name(to)}: {_TAKEN}",
+                                    {"Cast": [node_label(node)]})
     if unsupported:
         listing = "; ".join(f"{op} (node{'s' if len(nodes) > 1 else ''} {', '.join(nodes)})"
                             for op, nodes in sorted(unsupported.items()))
@@ -72,8 +80,13 @@ def check_operators(model: onnx.ModelProto, supported: set[str], where: str = ""
 # Element types the VM's arguments cannot have (numpy has no such types;
 # ml_dtypes' are not taken).
 _T = onnx.TensorProto
+_TAKEN = "shapefn's VM takes bool, integer and float16/32/64 tensors"
 _NOT_TAKEN = {_T.BFLOAT16, _T.FLOAT8E4M3FN, _T.FLOAT8E4M3FNUZ, _T.FLOAT8E5M2, _T.FLOAT8E5M2FNUZ, _T.UINT4, _T.INT4,
               _T.FLOAT4E2M1, _T.FLOAT8E8M0, _T.UINT2, _T.INT2}
+
+
+def _type_name(elem_type: int) -> str:
+    return onnx.TensorProto.DataType.Name(elem_type)
 
 
 def check_nodes(model: onnx.ModelProto) -> None:
