@@ -48,3 +48,13 @@ def test_an_axis_out_of_range_at_run_time_is_an_error():
     for axis in (3, -1, -5):
         with pytest.raises(ValueError, match="axis"):
             vm(uniform((2, 5, 3, 1)), np.array(axis, np.int64))
+
+
+def test_stft_with_a_window_and_a_step_given_at_run_time_matches_onnxruntime(onnx_check):
+    """Frames of the window's length; the frame count follows the signal's
+    length and the step, both known only at run time."""
+    window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(8) / 8)).astype(np.float32)
+    m = model([node("STFT", ["x", "step", "w"], ["y"])], [("x", F, ["N", "L", 1]), ("step", I64, [])],
+              [("y", F, None)], {"w": window}, opset=17)
+    onnx_check(m, [[uniform((2, 40, 1)), np.array(4, np.int64)], [uniform((1, 11, 1)), np.array(3, np.int64)]],
+               atol=1e-5)

@@ -1,6 +1,7 @@
-"""shapefn's ONNX converter for DFT (opsets 17 and 20): forward and
+"""shapefn's ONNX converters for DFT (opsets 17 and 20): forward and
 inverse, real or complex input, one-sided (real-input forward, and its
-inverse), with ``dft_length`` known at import. Each transform is two real
+inverse), with ``dft_length`` known at import; and STFT over frames of a
+length known at import. Each transform is two real
 matrix products with cosine and sine tables built at import, so it runs
 on every device. Registered in ``onnx_converters.CONVERTERS`` when
 imported (``onnx.py`` imports this module)."""
@@ -10,6 +11,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from .. import ops
 from ..compiler.shape_calls import emit_shape
 from ..errors import UnsupportedOnnxOp
 from .onnx_converters import _absent, const_value, converter, ndim_of
@@ -134,3 +136,40 @@ def _along_runtime_axis(bb, x, axis, length: int | None, inverse: bool, onesided
         picked = bb.emit(relax.op.take(named, relax.const(a, "int64"), axis=0))
         result = bb.emit(relax.op.where(picked, _transform(bb, x, a, None, inverse, False), result))
     return result
+
+
+@converter("STFT")
+def stft(importer, inputs, attrs, opset):
+    """STFT of frames of a length known at import (``frame_length`` a
+    constant, or the window's length), stepped by ``frame_step`` (known at
+    run time is enough: the frames' starts are a Range, whose length is the
+    frame count). Each frame, times the window, is transformed as DFT."""
+    bb = importer.bb
+    signal = inputs[0]
+    window = inputs[2] if len(inputs) > 2 and not _absent(importer, inputs[2]) else None
+    length = inputs[3] if len(inputs) > 3 and not _absent(importer, inputs[3]) else None
+    if length is not None:
+        known = const_value(importer, length)
+        if known is None:
+            raise UnsupportedOnnxOp("STFT with frame_length given at run time is not supported", {"STFT": []})
+        frame = int(np.asarray(known).reshape(()))
+    elif window is not None and window.ty.shape is not None and isinstance(window.ty.shape.values[0],
+                                                                              tvm.tirx.IntImm):
+        frame = int(window.ty.shape.values[0])
+    else:
+        raise UnsupportedOnnxOp("STFT needs a frame length known at import (frame_length or the window's length)",
+                                {"STFT": []})
+    dims = signal.ty.shape.values if signal.ty.shape is not None else None
+    if dims is None or len(dims) != 3:
+        raise ValueError(f"STFT's signal must be [batch, length, 1 or 2], got {signal.ty}")
+    if frame < 1:
+        raise ValueError(f"STFT's frame length must be positive, got {frame}")
+    step = bb.emit(relax.op.reshape(relax.op.astype(inputs[1], "int64"), []))
+    last_start = bb.emit(relax.op.reshape(relax.op.shape_to_tensor(relax.ShapeExpr([dims[1] - frame + 1])), []))
+    starts = ops.arange(bb, relax.const(0, "int64"), last_start, step, "int64")
+    offsets = relax.const(np.arange(frame, dtype=np.int64).reshape(1, -1), "int64")
+    positions = bb.emit(relax.op.add(relax.op.expand_dims(starts, 1), offsets))  # [frames, frame]
+    frames = bb.emit(relax.op.take(signal, positions, axis=1))  # [batch, frames, frame, parts]
+    if window is not None:
+        frames = bb.emit(relax.op.multiply(frames, relax.op.reshape(window, [1, 1, frame, 1])))
+    return _transform(bb, frames, 2, frame, False, bool(attrs.get("onesided", 1)))
