@@ -23,7 +23,7 @@ from onnx.backend.base import Backend, BackendRep
 from .compiler.compile import compile as _compile
 from .devices import sim, tvm_device_exists
 from .frontend import from_onnx
-from .frontend.onnx_sequence_inputs import sequence_inputs
+from .frontend.onnx_sequence_inputs import is_sequence, sequence_inputs
 from .vm import VirtualMachine
 
 __all__ = ["DEVICE", "ShapefnBackend", "ShapefnRep", "prepare", "run_model", "run_node", "supports_device"]
@@ -59,7 +59,7 @@ class ShapefnRep(BackendRep):
         initializers = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in initializers]
         self.output_names = [o.name for o in model.graph.output]
-        self._sequences = [o.type.HasField("sequence_type") for o in model.graph.output]
+        self._sequences = [is_sequence(o) for o in model.graph.output]
         self._sequence_inputs = set(sequence_inputs(model))
         self._compiled: dict[tuple, VirtualMachine] = {}
         if not self._sequence_inputs:

@@ -70,3 +70,16 @@ def test_a_sequence_input_without_its_length_is_refused_with_the_fix():
         from_onnx(mapped_model(), sequence_lengths={"y": 2})
     with pytest.raises(ValueError, match="count of tensors"):
         from_onnx(mapped_model(), sequence_lengths={"xs": -1})
+
+
+def test_an_optional_sequence_input_given_a_sequence_matches_onnxruntime():
+    seq = helper.make_tensor_sequence_value_info("xs", F, ["A"])
+    optional = helper.make_value_info("opt", helper.make_optional_type_proto(seq.type))
+    graph = helper.make_graph([helper.make_node("OptionalGetElement", ["opt"], ["xs"]),
+                               helper.make_node("ConcatFromSequence", ["xs"], ["y"], axis=0)],
+                              "optional", [optional], [helper.make_tensor_value_info("y", F, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    xs = [uniform(n) for n in (3, 1, 4)]
+    (got,) = shapefn.onnx_backend.prepare(m, "sim").run([xs])
+    np.testing.assert_array_equal(got, session.run(None, {"opt": xs})[0])

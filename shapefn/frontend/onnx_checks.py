@@ -52,6 +52,8 @@ def check_operators(model: onnx.ModelProto, supported: set[str], where: str = ""
         kind = value.type.WhichOneof("value")
         if kind == "optional_type" and value.type.optional_type.elem_type.WhichOneof("value") == "tensor_type":
             continue  # (an optional tensor is a tensor, or absent)
+        if kind == "optional_type" and value.type.optional_type.elem_type.WhichOneof("value") == "sequence_type":
+            kind = "sequence_type"  # (an optional sequence is a sequence, present)
         if value.name not in initialized and kind == "sequence_type":
             raise UnsupportedOnnxOp(f"graph input '{value.name}' is a sequence: from_onnx imports it for sequences "
                                     f"of a given length (sequence_lengths={{{value.name!r}: n}})")

@@ -12,12 +12,26 @@ import onnx
 from onnx import helper
 
 
+def _sequence_type(value_type: onnx.TypeProto) -> onnx.TypeProto.Sequence | None:
+    """The sequence-of-tensors type ``value_type`` is, or is an optional of."""
+    if value_type.WhichOneof("value") == "optional_type":
+        value_type = value_type.optional_type.elem_type
+    if value_type.WhichOneof("value") == "sequence_type" \
+            and value_type.sequence_type.elem_type.WhichOneof("value") == "tensor_type":
+        return value_type.sequence_type
+    return None
+
+
 def sequence_inputs(model: onnx.ModelProto) -> list[str]:
-    """The names of the model's graph inputs that are sequences of tensors."""
+    """The names of the model's graph inputs that are sequences of tensors
+    (or optional ones, which a sequence given for them makes present)."""
     initialized = {i.name for i in model.graph.initializer}
-    return [i.name for i in model.graph.input
-            if i.name not in initialized and i.type.WhichOneof("value") == "sequence_type"
-            and i.type.sequence_type.elem_type.WhichOneof("value") == "tensor_type"]
+    return [i.name for i in model.graph.input if i.name not in initialized and _sequence_type(i.type) is not None]
+
+
+def is_sequence(value: onnx.ValueInfoProto) -> bool:
+    """Whether a graph input or output is a sequence (an optional one too)."""
+    return _sequence_type(value.type) is not None
 
 
 def element_names(name: str, length: int, taken: set[str]) -> list[str]:
@@ -53,7 +67,7 @@ def sequences_as_tensors(model: onnx.ModelProto, lengths: Mapping[str, int]) -> 
         if value.name not in lengths:
             inputs.append(value)
             continue
-        element = value.type.sequence_type.elem_type.tensor_type
+        element = _sequence_type(value.type).elem_type.tensor_type
         elements = element_names(value.name, lengths[value.name], taken)
         for k, element_name in enumerate(elements):
             typed = helper.make_tensor_value_info(element_name, element.elem_type, None)
@@ -65,10 +79,14 @@ def sequences_as_tensors(model: onnx.ModelProto, lengths: Mapping[str, int]) -> 
                     else:
                         added.dim_param = f"{dim.dim_param or value.name}_{k}_d{d}"
             inputs.append(typed)
+        optional = value.type.WhichOneof("value") == "optional_type"
+        gathered = element_names(value.name, 1, taken | set(elements))[0] if optional else value.name
         if elements:
-            gathers.append(helper.make_node("SequenceConstruct", elements, [value.name]))
+            gathers.append(helper.make_node("SequenceConstruct", elements, [gathered]))
         else:
-            gathers.append(helper.make_node("SequenceEmpty", [], [value.name], dtype=element.elem_type))
+            gathers.append(helper.make_node("SequenceEmpty", [], [gathered], dtype=element.elem_type))
+        if optional:  # (present: the sequence given)
+            gathers.append(helper.make_node("Optional", [gathered], [value.name]))
     del graph.input[:]
     graph.input.extend(inputs)
     nodes = list(graph.node)
