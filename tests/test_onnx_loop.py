@@ -3,7 +3,8 @@ compiled for a strict sim and for a real OpenCL device and compared with
 onnxruntime: counted and while-style loops, scan outputs, bodies reading the
 enclosing graph's values, trip counts computed at run time, a mask-pasting
 loop, nested loops, and a 10,000-iteration loop (the self tail call is a
-jump, so the VM's call depth does not grow). ONNX ``Scan`` too, which
+jump, so the VM's call depth does not grow), a loop carrying a sequence
+(unrolled). ONNX ``Scan`` too, which
 shapefn imports as the Loop it is (``frontend/onnx_scan.py``)."""
 import numpy as np
 import pytest
@@ -189,8 +190,25 @@ def nested():
                [np.array(2), rng.standard_normal(5).astype(np.float32)]]
 
 
+def sequence_carried(trips=3):
+    """A loop carrying a sequence (unrolled: the tuple grows each
+    iteration), ``seq += [x * (i + 1)]``, with a scan output beside it."""
+    seq = helper.make_tensor_sequence_value_info
+    body = helper.make_graph(
+        [node("Add", ["i", "one"], ["i1"]), node("Cast", ["i1"], ["f"], to=F), node("Mul", ["x", "f"], ["y"]),
+         node("SequenceInsert", ["seq_in", "y"], ["seq_out"]), node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [info("i", I64, []), info("cond_in", B, []), seq("seq_in", F, None)],
+        [info("cond_out", B, []), seq("seq_out", F, None), info("y", F, None)],
+        [numpy_helper.from_array(np.int64(1), "one")])
+    m = model([node("SequenceEmpty", [], ["empty"], dtype=F),
+               node("Loop", ["M", "", "empty"], ["seq", "ys"], body=body),
+               node("ConcatFromSequence", ["seq"], ["joined"], axis=0)],
+              [("x", F, ["N", 2])], [("joined", F), ("ys", F)], {"M": np.int64(trips)})
+    return m, [[np.arange(2 * n, dtype=np.float32).reshape(n, 2)] for n in (3, 1)]
+
+
 CASES = {f.__name__: f for f in (counted, while_style, scans, outer_scope, data_dependent_trip_count, long_loop,
-                                 paste_masks, nested)}
+                                 paste_masks, nested, sequence_carried)}
 
 
 def scan_model(in_reverse, out_reverse, out_axis):
@@ -257,6 +275,14 @@ def test_counted_loop_matches_tvm_relax_vm(device):
         got = vm(x)
         for g, w in zip(got, want):
             np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-6)
+
+
+def test_a_loop_carrying_a_sequence_needs_its_trip_count_at_import():
+    m, _ = sequence_carried()
+    m.graph.initializer.pop()  # (M becomes a graph input)
+    m.graph.input.append(info("M", I64, []))
+    with pytest.raises(ValueError, match="carries a sequence: it is unrolled, which needs its trip count"):
+        from_onnx(m)
 
 
 def test_malformed_loops_raise_naming_the_problem():

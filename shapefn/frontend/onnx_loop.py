@@ -21,9 +21,11 @@ limited by the call depth.
 """
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm import relax, tirx
 
+from .onnx_checks import node_label
 from .onnx_converters import const_value
 
 
@@ -237,5 +239,54 @@ def _function_name(node) -> str:
 
 def convert_loop(importer, node, inputs, attrs) -> list:
     """The outputs of ONNX ``Loop`` node ``node`` (final carried values, then
-    scan outputs), computed by a new recursive function."""
+    scan outputs), computed by a new recursive function; a loop carrying a
+    sequence (a tuple, whose length may change from one iteration to the
+    next) is unrolled instead."""
+    if any(isinstance(getattr(v, "ty", None), relax.TupleType) for v in list(inputs)[2:]):
+        return _unrolled(importer, node, list(inputs), attrs["body"])
     return _LoopBuilder(importer, node, inputs, attrs).build()
+
+
+def _unrolled(importer, node, inputs, body) -> list:
+    """A Loop's iterations one after another in the enclosing function:
+    its trip count and every condition it tests must be known at import."""
+    bb = importer.bb
+    inputs = inputs + [None] * (2 - len(inputs))
+    known = [const_value(importer, v) if v is not None else None for v in inputs[:2]]
+    if (inputs[0] is not None and known[0] is None) or (inputs[1] is not None and known[1] is None):
+        raise ValueError(f"Loop {node_label(node)} carries a sequence: it is unrolled, which needs its trip count and "
+                         "condition known at import")
+    if inputs[0] is None:
+        raise ValueError(f"Loop {node_label(node)} carries a sequence: it is unrolled, which needs a trip count")
+    trips, go = int(known[0].reshape(())), known[1] is None or bool(known[1].reshape(()))
+    n_carried = len(inputs) - 2
+    carried, scans = inputs[2:], [[] for _ in body.output[1 + n_carried:]]
+    outer = importer._nodes  # (restored as it is: the caller binds the outputs into it)
+    try:
+        for i in range(trips):
+            if not go:
+                break
+            nodes = importer._nodes = dict(outer)
+            nodes[body.input[0].name] = relax.const(np.array(i, np.int64), "int64")
+            nodes[body.input[1].name] = relax.const(True, "bool")
+            nodes.update((info.name, value) for info, value in zip(body.input[2:], carried))
+            for init in body.initializer:
+                nodes[init.name] = relax.const(importer._parse_array(init))
+            for n in body.node:
+                importer._construct_node(n)
+            outs = [nodes[o.name] for o in body.output]
+            condition = const_value(importer, importer._as_tensor(outs[0]))
+            if condition is None:
+                raise ValueError(f"Loop {node_label(node)} carries a sequence: it is unrolled, which needs every "
+                                 "condition its body computes known at import")
+            go = bool(condition.reshape(()))
+            carried = [v if isinstance(getattr(v, "ty", None), relax.TupleType) else importer._as_tensor(v)
+                       for v in outs[1:1 + n_carried]]
+            for acc, value in zip(scans, outs[1 + n_carried:]):
+                acc.append(bb.emit(relax.op.expand_dims(importer._as_tensor(value), 0)))
+    finally:
+        importer._nodes = outer
+    if any(not acc for acc in scans):
+        raise ValueError(f"Loop {node_label(node)} carries a sequence and runs no iteration: its scan outputs' "
+                         "shapes are unknown")
+    return carried + [bb.emit(relax.op.concat(acc, axis=0)) for acc in scans]

@@ -60,7 +60,8 @@ def sequence_insert(importer, inputs, attrs, opset):
     is before the last tensor, as in ONNX's reference)."""
     items = _items(importer.bb, inputs[0])
     position = _position(importer, inputs, 2, len(items), len(items), inclusive=True)
-    return relax.Tuple(items[:position] + [inputs[1]] + items[position:])
+    # (a shape value is a tensor in the sequence, as ONNX has it)
+    return relax.Tuple(items[:position] + [as_tensor(importer.bb, inputs[1])] + items[position:])
 
 
 @converter("SequenceLength")
