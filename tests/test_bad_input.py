@@ -227,16 +227,16 @@ def onnx_model(nodes, inputs=("x",), outputs=("y",), opsets=(("", 17),)):
 
 
 def test_unsupported_onnx_ops_are_all_listed_with_their_nodes_before_conversion(monkeypatch):
-    reverse = helper.make_node("ReverseSequence", ["x", "x"], ["t"], name="reverse_in_branch")
+    split = helper.make_node("StringSplit", ["x"], ["t", "n"], name="split_in_branch")
     t = helper.make_tensor_value_info("t", TensorProto.FLOAT, None)
-    then_branch = helper.make_graph([reverse], "then", [], [t])
+    then_branch = helper.make_graph([split], "then", [], [t])
     else_branch = helper.make_graph([helper.make_node("Relu", ["x"], ["e"], name="relu")], "else", [],
                                     [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
     cond = helper.make_tensor("cond", TensorProto.BOOL, [], [True])
     model = onnx_model([
         helper.make_node("Relu", ["x"], ["a"], name="supported"),
-        helper.make_node("Det", ["a"], ["b"], name="det1"),
-        helper.make_node("Det", ["b"], ["c"]),
+        helper.make_node("TfIdfVectorizer", ["a"], ["b"], name="tfidf1"),
+        helper.make_node("TfIdfVectorizer", ["b"], ["c"]),
         helper.make_node("Constant", [], ["cond"], value=cond),
         helper.make_node("If", ["cond"], ["d"], then_branch=then_branch, else_branch=else_branch),
         helper.make_node("Fancy", ["d"], ["y"], name="custom", domain="my.ops"),
@@ -248,10 +248,10 @@ def test_unsupported_onnx_ops_are_all_listed_with_their_nodes_before_conversion(
     monkeypatch.setattr(shapefn.frontend.onnx._Importer, "_construct_node", no_conversion)
     with pytest.raises(UnsupportedOnnxOp) as info:
         shapefn.from_onnx(model)
-    assert str(info.value) == ("ONNX operators not supported: Det (nodes 'det1', (unnamed, output 'c')); "
-                               "ReverseSequence (node 'reverse_in_branch'); my.ops.Fancy (node 'custom')")
-    assert info.value.ops == {"ReverseSequence": ["'reverse_in_branch'"], "Det": ["'det1'", "(unnamed, output 'c')"],
-                              "my.ops.Fancy": ["'custom'"]}
+    assert str(info.value) == ("ONNX operators not supported: StringSplit (node 'split_in_branch'); "
+                               "TfIdfVectorizer (nodes 'tfidf1', (unnamed, output 'c')); my.ops.Fancy (node 'custom')")
+    assert info.value.ops == {"StringSplit": ["'split_in_branch'"],
+                              "TfIdfVectorizer": ["'tfidf1'", "(unnamed, output 'c')"], "my.ops.Fancy": ["'custom'"]}
     assert isinstance(info.value, NotImplementedError)
 
 

@@ -376,6 +376,30 @@ def squeeze(importer, inputs, attrs, opset):
     return tvm_converter(importer, "Squeeze", [cast, *inputs[1:]], attrs, opset)
 
 
+@converter("Size")
+def size(importer, inputs, attrs, opset):
+    """The element count of a tensor whose sizes are literals, as a constant:
+    a condition on it folds (ONNX's AffineGrid body tests ``Size(size) == 4``
+    and imports one branch)."""
+    ty = inputs[0].ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None \
+            or not all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values):
+        return NotImplemented
+    return relax.const(int(np.prod([int(d) for d in ty.shape.values])), "int64")
+
+
+@converter("Unsqueeze", takes_scalars=True)
+def unsqueeze(importer, inputs, attrs, opset):
+    """Unsqueeze whose axes are a constant scalar, as a list of one (ONNX's
+    reference takes it, and ONNX's AffineGrid body gives one; TVM's converter
+    needs a list)."""
+    axes = const_value(importer, inputs[1]) if opset >= 13 and len(inputs) > 1 else None
+    if axes is None or axes.ndim != 0:
+        return NotImplemented
+    data = as_tensor(importer.bb, inputs[0]) if isinstance(inputs[0].ty, relax.ShapeType) else inputs[0]
+    return tvm_converter(importer, "Unsqueeze", [data, relax.const(axes.reshape(1), "int64")], attrs, opset)
+
+
 @converter("Concat", takes_scalars=True)
 def concat(importer, inputs, attrs, opset):
     """Concat where shape values (kept by TVM as shapes or scalars) meet
