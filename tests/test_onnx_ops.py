@@ -364,6 +364,10 @@ def layout_cases():
         [[uniform((1, 6, 4, h, w))] for h, w in ((3, 5), (2, 1))]
     yield "Transpose-2d", model([node("Transpose", ["x"], ["y"], perm=[1, 0])], [("x", I64, ["N", 2])],
                                 [("y", I64, None)]), [[rng.integers(0, 9, (n, 2))] for n in (5, 0)]
+    # Slice before opset 10: bounds as attributes (older PyTorch exports).
+    yield "Slice-opset9", model([node("Slice", ["x"], ["y"], starts=[1, -3], ends=[100, -1], axes=[1, 2])],
+                                [("x", F, ["N", 4, 5])], [("y", F, None)], opset=9), \
+        [[uniform((n, 4, 5))] for n in (3, 0)]
     for axes in ([-1], [0], [1], [2], [3]):
         yield f"Unsqueeze{axes}", model([node("Unsqueeze", ["x"], ["y"], axes=axes)], [("x", F, ["N", 2, 3])],
                                         [("y", F, None)]), [[uniform((n, 2, 3))] for n in (4, 0)]
