@@ -1,11 +1,12 @@
-"""ONNX's QLinearMatMul, QLinearConv and ConvInteger (shapefn's converters,
+"""ONNX's QLinearMatMul, QLinearConv, ConvInteger and blocked
+QuantizeLinear / DequantizeLinear (shapefn's converters,
 ``frontend/onnx_quantized.py``) on a strict sim and on opencl
-(``onnx_check``) against onnxruntime, exactly: int8 and uint8, per-tensor
-and per-column / per-output-channel scales, scales given at run time,
-products that round at exact halves, saturation at both ends, and sizes
-known only at run time. float16 scales on sim only (PoCL's CPU device has
-no half precision), against ONNX's reference. ONNX's own node tests of
-the three run in ``test_onnx_backend_suite.py``."""
+(``onnx_check``) against onnxruntime, exactly: int8 and uint8, per-tensor,
+per-column / per-output-channel and blocked scales, scales given at run
+time, products that round at exact halves, saturation at both ends, and
+sizes known only at run time. float16 scales on sim only (PoCL's CPU
+device has no half precision), against ONNX's reference. ONNX's own node
+tests of these ops run in ``test_onnx_backend_suite.py``."""
 import numpy as np
 import pytest
 from onnx import TensorProto
@@ -124,6 +125,33 @@ def test_qlinear_matmul_per_row_follows_onnx():
         want = np.clip(np.rint(accumulator * multiplier) - 3, -128, 127).astype(np.int8)
         for got in vm(a, a_scale, a_zero, a_scale[:, None], a_zero[:, None]):
             np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_blocked_quantize_and_dequantize_match_onnxruntime(onnx_check):
+    """Blocked QuantizeLinear and DequantizeLinear (opset 21; shapefn's
+    converters): int8 in blocks of 2 along a last axis of 5 (a short last
+    block), scales and zero points given at run time with the batch; uint8
+    in blocks of 3 along the batch, known only at run time, and the same
+    without a zero point (``output_dtype``). Scales powers of two and data
+    multiples of 1/8: exact halves (ties to even) and saturation."""
+    def blocked(op, ins, out, axis, block, **attrs):
+        return node(op, ins, [out], axis=axis, block_size=block, **attrs)
+
+    m = model([blocked("QuantizeLinear", ["x", "s", "z"], "q", 1, 2),
+               blocked("DequantizeLinear", ["q", "s", "z"], "y", 1, 2),
+               blocked("QuantizeLinear", ["x", "t", "u"], "p", 0, 3),
+               blocked("DequantizeLinear", ["p", "t", "u"], "w", -2, 3),
+               blocked("QuantizeLinear", ["x", "t"], "r", 0, 3, output_dtype=U8)],
+              [("x", F, ["N", 5]), ("s", F, ["N", 3]), ("z", I8, ["N", 3]), ("t", F, ["S", 5]), ("u", U8, ["S", 5])],
+              [("q", I8, None), ("y", F, None), ("p", U8, None), ("w", F, None), ("r", U8, None)], opset=21)
+
+    def feed(n):
+        blocks = -(-n // 3)
+        return [rng.integers(-640, 641, (n, 5)).astype(np.float32) / 8,
+                (2.0 ** rng.integers(-2, 2, (n, 3))).astype(np.float32), ints(np.int8, (n, 3)),
+                (2.0 ** rng.integers(-2, 2, (blocks, 5))).astype(np.float32), ints(np.uint8, (blocks, 5))]
+
+    onnx_check(m, [feed(5), feed(2)])
 
 
 @pytest.mark.parametrize("op, shapes, message", [

@@ -6,19 +6,24 @@ the scales' type (as ONNX's reference computes it), the accumulator times
 it rounded half to even in float64, plus the output zero point, saturated.
 Per-row (a) and per-column (b) quantization for ``QLinearMatMul``,
 per-output-channel weights for the convolutions, whose SAME padding over
-sizes known only at run time is computed then. Registered in
-``onnx_converters.CONVERTERS`` when imported (``onnx.py`` imports this
-module)."""
+sizes known only at run time is computed then. And blocked
+``QuantizeLinear`` / ``DequantizeLinear`` (opset 21+, ``block_size`` > 0;
+TVM's converters take the other granularities): each scale and zero point
+repeated along the axis, over extents known only at run time too; int8,
+uint8, int16 and uint16 (and int32 to dequantize), float32 and float16.
+Registered in ``onnx_converters.CONVERTERS`` when imported (``onnx.py``
+imports this module)."""
 from __future__ import annotations
 
 import functools
 
 import numpy as np
 import tvm
-from tvm import relax
+from onnx import TensorProto
+from tvm import relax, sym
 
 from .. import ops
-from ..errors import UnsupportedOnnxOp
+from ..errors import InvalidOnnxModel, UnsupportedOnnxOp
 from .onnx_converters import as_tensor, converter, ndim_of, str_attr, tvm_converter
 
 _QUANTIZED = ("int8", "uint8")
@@ -227,3 +232,138 @@ def qlinear_conv(importer, inputs, attrs, opset):
     y_zero = _per_tensor(bb, op, "y_zero_point", y_zero)
     return _requantized(bb, accumulator, _multiplier(bb, "float32", *scales), y_zero,
                         _dtype(y_zero) if y_zero is not None else _dtype(x))
+
+
+# ---- QuantizeLinear / DequantizeLinear, blocked -------------------------------------------------------
+_BLOCKED_TYPES = {TensorProto.INT8: "int8", TensorProto.UINT8: "uint8", TensorProto.INT16: "int16",
+                  TensorProto.UINT16: "uint16"}
+_FLOATS = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16"}
+
+
+def _onnx_type(op: str, what: str, code: int, allowed: dict) -> str:
+    if code not in allowed:
+        _refuse(op, f"with {what} {TensorProto.DataType.Name(code)} (only {', '.join(allowed.values())})")
+    return allowed[code]
+
+
+def _sizes(value) -> list:
+    return [int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in value.ty.shape.values]
+
+
+def _blocked_parameter(bb, op: str, name: str, value, x, axis: int, block: int):
+    """A blocked scale or zero point (``x``'s rank, ``ceil(D / block)``
+    along ``axis``) repeated ``block`` times along ``axis`` and cut to
+    ``x``'s extent ``D`` there, in ``x``'s shape. One element: a 0-d
+    tensor, as ONNX's reference takes it."""
+    if value is None:
+        return None
+    if _single(value):
+        return bb.normalize(relax.op.reshape(value, []))
+    if value.ty.ndim != ndim_of(x):
+        _refuse(op, f"blocked, with {name} of rank {value.ty.ndim} for an input of rank {ndim_of(x)}")
+    dims = x.ty.shape.values
+    sizes = list(value.ty.shape.values) if value.ty.shape is not None else [None] * len(dims)
+    sizes[axis] = sizes[axis] * block if sizes[axis] is not None else None
+    for i, (size, dim) in enumerate(zip(sizes, dims)):
+        if isinstance(size, tvm.tirx.IntImm) and isinstance(dim, tvm.tirx.IntImm) \
+                and (int(size) < int(dim) if i == axis else int(size) != int(dim)):
+            raise InvalidOnnxModel(f"{op}: {name} of shape {_sizes(value)} does not block an input of shape "
+                                   f"{_sizes(x)} (blocks of {block} along axis {axis})")
+    if isinstance(sizes[axis], tvm.tirx.IntImm) and isinstance(dims[axis], tvm.tirx.IntImm):
+        value = bb.normalize(relax.op.repeat(value, block, axis))
+        value = bb.normalize(relax.op.strided_slice(value, axes=[axis], begin=[0], end=[dims[axis]]))
+        sizes[axis] = dims[axis]
+    # Sizes equal only at run time: each element's block (or element) by
+    # index. A slice of the repeated blocks to D has sizes min(D, block * S)
+    # that crash TVM's ConvertToDataflow once cast to D, and TVM's
+    # CanonicalizeBindings drops a cast between sizes already defined. The
+    # indices clipped: too few blocks reuse the last, where ONNX refuses them.
+    analyzer = sym.Analyzer()
+    for i, (size, dim) in enumerate(zip(sizes, dims)):
+        if size is None or not analyzer.can_prove_equal(size, dim):
+            index = bb.normalize(relax.op.arange(0, dim, 1, "int64"))
+            if i == axis:
+                index = bb.normalize(relax.op.floor_divide(index, relax.const(block, "int64")))
+            value = bb.normalize(relax.op.take(value, index, axis=i, mode="clip"))
+    return value
+
+
+def _blocked_axis(op: str, x, attrs) -> tuple[int, int]:
+    """The block size and the (non-negative) axis, for an ``x`` of sizes
+    known at least symbolically."""
+    if x.ty.shape is None:
+        _refuse(op, "blocked, of an input of unknown sizes")
+    rank, axis, block = ndim_of(x), int(attrs.get("axis", 1)), int(attrs["block_size"])
+    if not -rank <= axis < rank or block < 0:
+        _refuse(op, f"blocked, with axis {axis} and block_size {block} for an input of rank {rank}")
+    return block, axis % rank
+
+
+def _to_float32(bb, value, dtype: str | None = None):
+    """``value`` in float32, rounded to ``dtype`` (float16) on the way."""
+    if dtype is not None and _dtype(value) != dtype:
+        value = bb.normalize(relax.op.astype(value, dtype))
+    return bb.normalize(relax.op.astype(value, "float32")) if _dtype(value) != "float32" else value
+
+
+@converter("QuantizeLinear")
+def quantize_linear(importer, inputs, attrs, opset):
+    """Blocked quantization (``block_size`` > 0); TVM's converter takes the
+    rest. ``x / y_scale`` in the scale's type (or ``precision``'s), ``x``
+    converted to it first, as the schema defines it and onnxruntime
+    computes it (ONNX's reference divides a float32 ``x`` by float16 scales
+    in float32): float16 computed in float32 and rounded to half, the
+    correctly rounded half quotient (see ``_multiplier``). Then rounded half
+    to even, plus the zero point, saturated, as both compute it."""
+    if not int(attrs.get("block_size", 0) or 0):
+        return NotImplemented
+    op, bb = "QuantizeLinear", importer.bb
+    x, scale, zero = (_optional(importer, inputs, i) for i in range(3))
+    _check_types(op, {"x": x, "y_scale": scale}, ("float32", "float16"))
+    block, axis = _blocked_axis(op, x, attrs)
+    out_dtype = _dtype(zero) if zero is not None else "uint8"
+    if attrs.get("output_dtype"):
+        out_dtype = _onnx_type(op, "output_dtype", int(attrs["output_dtype"]), _BLOCKED_TYPES)
+        if zero is not None and _dtype(zero) != out_dtype:
+            _refuse(op, f"with output_dtype {out_dtype} and a zero point of type {_dtype(zero)}")
+    _check_types(op, {"y_zero_point": zero}, tuple(_BLOCKED_TYPES.values()))
+    precision = _dtype(scale)
+    if attrs.get("precision"):
+        precision = _onnx_type(op, "precision", int(attrs["precision"]), _FLOATS)
+    scale, zero = (_blocked_parameter(bb, op, name, v, x, axis, block)
+                   for name, v in (("y_scale", scale), ("y_zero_point", zero)))
+    quotient = relax.op.divide(_to_float32(bb, x, precision), _to_float32(bb, scale, precision))
+    value = bb.normalize(relax.op.round(_to_float32(bb, bb.normalize(quotient), precision)))
+    if zero is not None:
+        # (exact: both are integers, and a sum beyond 2**24 saturates)
+        value = bb.normalize(relax.op.add(value, _to_float32(bb, zero)))
+    info = np.iinfo(out_dtype)
+    return relax.op.astype(bb.normalize(relax.op.clip(value, float(info.min), float(info.max))), out_dtype)
+
+
+@converter("DequantizeLinear")
+def dequantize_linear(importer, inputs, attrs, opset):
+    """Blocked dequantization (``block_size`` > 0); TVM's converter takes
+    the rest. ``(x - x_zero_point) * x_scale`` in float32 then converted to
+    the output type, as ONNX's reference computes it (for 8-bit ``x`` and
+    float16 scales an exact product, so rounded once to half it is what
+    half arithmetic gives too)."""
+    if not int(attrs.get("block_size", 0) or 0):
+        return NotImplemented
+    op, bb = "DequantizeLinear", importer.bb
+    x, scale, zero = (_optional(importer, inputs, i) for i in range(3))
+    _check_types(op, {"x": x, "x_zero_point": zero}, (*_BLOCKED_TYPES.values(), "int32"))
+    if zero is not None and _dtype(zero) != _dtype(x):
+        _refuse(op, f"with x of type {_dtype(x)} and a zero point of type {_dtype(zero)}")
+    _check_types(op, {"x_scale": scale}, ("float32", "float16"))
+    out_dtype = _dtype(scale)
+    if attrs.get("output_dtype"):
+        out_dtype = _onnx_type(op, "output_dtype", int(attrs["output_dtype"]), _FLOATS)
+    block, axis = _blocked_axis(op, x, attrs)
+    scale, zero = (_blocked_parameter(bb, op, name, v, x, axis, block)
+                   for name, v in (("x_scale", scale), ("x_zero_point", zero)))
+    value = _to_float32(bb, x)
+    if zero is not None:
+        value = bb.normalize(relax.op.subtract(value, _to_float32(bb, zero)))
+    value = bb.normalize(relax.op.multiply(value, _to_float32(bb, scale)))
+    return relax.op.astype(value, out_dtype) if out_dtype != "float32" else value
