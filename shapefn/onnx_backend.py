@@ -90,6 +90,9 @@ class ShapefnRep(BackendRep):
                     raise TypeError(f"input {name!r} is a sequence: give a list of arrays, got {type(value).__name__}")
                 lengths[name] = len(value)
                 flat.extend(np.asarray(v) for v in value)
+            elif value is None:
+                raise TypeError(f"input {name!r} is None (an absent optional input): shapefn runs models with "
+                                "every input given")
             else:
                 flat.append(np.asarray(value))
         outputs = self._vm_for(lengths)(*flat)

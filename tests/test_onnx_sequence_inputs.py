@@ -83,3 +83,13 @@ def test_an_optional_sequence_input_given_a_sequence_matches_onnxruntime():
     xs = [uniform(n) for n in (3, 1, 4)]
     (got,) = shapefn.onnx_backend.prepare(m, "sim").run([xs])
     np.testing.assert_array_equal(got, session.run(None, {"opt": xs})[0])
+
+
+def test_an_absent_optional_input_is_refused_by_the_backend_naming_it():
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("OptionalHasElement", ["opt"], ["has"])], "absent",
+        [helper.make_value_info("opt", helper.make_optional_type_proto(
+            helper.make_tensor_type_proto(F, [2])))], [helper.make_tensor_value_info("has", TensorProto.BOOL, [])]),
+        opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    with pytest.raises(TypeError, match="input 'opt' is None"):
+        shapefn.onnx_backend.prepare(m, "sim").run([None])

@@ -32,13 +32,24 @@ HEADER = """\
 # Cases whose reference outputs are random draws (numpy's generator):
 # shapefn draws its own, from the node's seed.
 RANDOM = ("test_training_dropout",)
+# Cases whose reference outputs are further from the exact result than the
+# suite's tolerance (test_onnx_signal.py checks shapefn's against the exact
+# transform, computed in double precision).
+IMPRECISE_REFERENCE = {
+    "test_dft_inverse": "ONNX's reference (numpy's single-precision FFT) gives 1.9e-07 where the exact inverse "
+                        "transform is 0 (shapefn: 6e-15); the suite's atol is 1e-07",
+}
 
 
 def reason(name: str, message: str) -> str:
     """One line saying why case ``name`` failed."""
     text = message.strip()
-    if name.startswith(RANDOM) and ("Not equal to tolerance" in text or "Mismatched elements" in text):
+    mismatch = "Not equal to tolerance" in text or "Mismatched elements" in text
+    if name.startswith(RANDOM) and mismatch:
         return "random by definition: shapefn's mask comes from the seed, the reference's from numpy's generator"
+    imprecise = next((why for case, why in IMPRECISE_REFERENCE.items() if name.startswith(case)), None)
+    if imprecise and mismatch:
+        return "imprecise reference: " + imprecise
     if "Not equal to tolerance" in text or "Mismatched elements" in text or "Arrays are not equal" in text \
             or "Items are not equal" in text or "nan location mismatch" in text:
         return "wrong answer: " + " ".join(text.split())[:160]

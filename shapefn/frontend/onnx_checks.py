@@ -38,7 +38,8 @@ def node_label(node) -> str:
 def check_operators(model: onnx.ModelProto, supported: set[str], where: str = "") -> None:
     """Raises ``UnsupportedOnnxOp`` listing every operator of ``model``
     (subgraphs included) not in ``supported``, with its nodes (``where``
-    says where they were found), and for a graph input that is not a tensor."""
+    says where they were found); then for a graph input or output, or a
+    Cast's result, of a type the VM does not take."""
     unsupported: dict[str, list[str]] = {}
     for node in all_nodes(model.graph):
         if node.domain in DEFAULT_DOMAINS and node.op_type in supported:
@@ -47,6 +48,10 @@ def check_operators(model: onnx.ModelProto, supported: set[str], where: str = ""
             continue
         op = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
         unsupported.setdefault(op, []).append(node_label(node))
+    if unsupported:
+        listing = "; ".join(f"{op} (node{'s' if len(nodes) > 1 else ''} {', '.join(nodes)})"
+                            for op, nodes in sorted(unsupported.items()))
+        raise UnsupportedOnnxOp(f"ONNX operators not supported{where}: {listing}", unsupported)
     initialized = {i.name for i in model.graph.initializer}
     for value in model.graph.input:
         kind = value.type.WhichOneof("value")
@@ -73,10 +78,6 @@ def check_operators(model: onnx.ModelProto, supported: set[str], where: str = ""
         if to in _NOT_TAKEN:
             raise UnsupportedOnnxOp(f"ONNX node Cast {node_label(node)} casts to {_type_name(to)}: {_TAKEN}",
                                     {"Cast": [node_label(node)]})
-    if unsupported:
-        listing = "; ".join(f"{op} (node{'s' if len(nodes) > 1 else ''} {', '.join(nodes)})"
-                            for op, nodes in sorted(unsupported.items()))
-        raise UnsupportedOnnxOp(f"ONNX operators not supported{where}: {listing}", unsupported)
 
 
 # Element types the VM's arguments cannot have (numpy has no such types;
@@ -84,7 +85,7 @@ def check_operators(model: onnx.ModelProto, supported: set[str], where: str = ""
 _T = onnx.TensorProto
 _TAKEN = "shapefn's VM takes bool, integer and float16/32/64 tensors"
 _NOT_TAKEN = {_T.BFLOAT16, _T.FLOAT8E4M3FN, _T.FLOAT8E4M3FNUZ, _T.FLOAT8E5M2, _T.FLOAT8E5M2FNUZ, _T.UINT4, _T.INT4,
-              _T.FLOAT4E2M1, _T.FLOAT8E8M0, _T.UINT2, _T.INT2}
+              _T.FLOAT4E2M1, _T.FLOAT8E8M0, _T.UINT2, _T.INT2, _T.STRING}
 
 
 def _type_name(elem_type: int) -> str:
