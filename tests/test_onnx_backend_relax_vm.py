@@ -26,6 +26,7 @@ from tvm import relax
 
 import shapefn.relax
 from shapefn.frontend import from_onnx
+from shapefn.frontend.onnx_sequence_inputs import is_sequence
 
 pytestmark = pytest.mark.model  # (a compile per case: not under the sanitizer)
 
@@ -55,16 +56,22 @@ def sample() -> list[str]:
 
 
 class RelaxVMRep(BackendRep):
+    """Compiled at its first run: sequence inputs (lists) are imported for
+    the lengths given, as shapefn's backend imports them."""
+
     def __init__(self, model: onnx.ModelProto):
+        self.model = model
         initializers = {i.name for i in model.graph.initializer}
         self.inputs = [i.name for i in model.graph.input if i.name not in initializers]
-        self.sequences = [o.type.HasField("sequence_type") for o in model.graph.output]
-        library = tvm.compile(from_onnx(model), target="llvm", relax_pipeline=shapefn.relax.pipeline("llvm"))
-        self.vm = relax.VirtualMachine(library, tvm.cpu())
+        self.sequences = [is_sequence(o) for o in model.graph.output]
 
     def run(self, inputs, **kwargs):
         args = [inputs[n] for n in self.inputs] if isinstance(inputs, dict) else list(inputs)
-        result = self.vm["main"](*[tvm.runtime.tensor(np.asarray(a)) for a in args])
+        lengths = {n: len(a) for n, a in zip(self.inputs, args, strict=True) if isinstance(a, list)}
+        mod = from_onnx(self.model, sequence_lengths=lengths)
+        library = tvm.compile(mod, target="llvm", relax_pipeline=shapefn.relax.pipeline("llvm"))
+        flat = [item for a in args for item in (a if isinstance(a, list) else [a])]
+        result = relax.VirtualMachine(library, tvm.cpu())["main"](*[tvm.runtime.tensor(np.asarray(a)) for a in flat])
         items = [result] if len(self.sequences) == 1 else list(result)
         return tuple([t.numpy() for t in item] if sequence else item.numpy()
                      for item, sequence in zip(items, self.sequences, strict=True))
