@@ -338,6 +338,12 @@ def network_cases():
     yield "MaxPool-indices-1d", model(
         [node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3], strides=[2], auto_pad="SAME_UPPER")],
         [("x", F, ["N", 3, 7])], [("y", F, None), ("i", I64, None)], opset=12), [[ties(n, 3, 7)] for n in (2, 0)]
+    # MaxUnpool to the pooled input's shape (indices into it, as onnxruntime reads them), given as a constant.
+    yield "MaxUnpool-output-shape", model(
+        [node("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 2], strides=[2, 2]),
+         node("MaxUnpool", ["p", "i", "s"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+        [("x", F, [1, 2, 5, 5])], [("y", F, None)], {"s": i64(1, 2, 5, 5)}, opset=12), \
+        [[uniform((1, 2, 5, 5))] for _ in range(2)]
     yield "Gemm", model([node("Gemm", ["x", "w", "b"], ["y"], alpha=1.0, beta=1.0, transB=1)], [("x", F, ["N", 12])],
                         [("y", F, None)], {"w": uniform((10, 12), -0.3, 0.3), "b": uniform(10)}), \
         [[uniform((n, 12))] for n in (4, 1, 0)]

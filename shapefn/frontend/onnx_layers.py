@@ -3,8 +3,10 @@ another result than ONNX defines or needs sizes known at import time:
 normalizations (their statistics outputs, training-mode running
 statistics; LpNormalization, which TVM lacks), Pad with pads or a value
 given at run time or with ``axes``, and MaxPool with SAME padding or ``ceil_mode`` over sizes
-known only at run time or with its Indices output. Registered in ``onnx_converters.CONVERTERS`` when
-imported (``onnx.py`` imports this module)."""
+known only at run time or with its Indices output, and MaxUnpool to an
+``output_shape`` known at import. Registered in
+``onnx_converters.CONVERTERS`` when imported (``onnx.py`` imports this
+module)."""
 from __future__ import annotations
 
 import numpy as np
@@ -294,3 +296,34 @@ def _pads_of_every_axis(importer, pads, axes, ndim: int):
     pads = pads if str(pads.ty.dtype) == "int64" else bb.normalize(relax.op.astype(pads, "int64"))
     padded = bb.normalize(relax.op.concat([pads, relax.const(np.zeros(1, np.int64), "int64")], axis=0))
     return bb.normalize(relax.op.take(padded, relax.const(np.array(index, np.int64), "int64"), axis=0))
+
+
+@converter("MaxUnpool")
+def max_unpool(importer, inputs, attrs, opset):
+    """MaxUnpool with an ``output_shape`` known at import (TVM's converter
+    takes none): each value goes to its flat index in a zero tensor of that
+    shape (MaxPool's input, whose flat indices MaxPool gives, as ONNX's
+    schema and onnxruntime have it); an index outside it goes to a slot
+    past its end, cut off after. An output shape known only at run time is
+    refused."""
+    if len(inputs) < 3 or _absent(importer, inputs[2]):
+        return NotImplemented
+    known = const_value(importer, inputs[2])
+    if known is None:
+        raise UnsupportedOnnxOp("MaxUnpool with output_shape given at run time is not supported",
+                                {"MaxUnpool": []})
+    bb = importer.bb
+    data, indices = inputs[0], as_tensor(bb, inputs[1], "int64")
+    out = [int(v) for v in known.reshape(-1)]
+    if len(out) != ndim_of(data) or min(out) < 0:
+        raise ValueError(f"MaxUnpool's output_shape {out} must hold {ndim_of(data)} sizes, none negative")
+    total = int(np.prod(out))
+    flat_indices = bb.emit(relax.op.reshape(indices, [-1]))
+    size = relax.const(total, "int64")
+    inside = relax.op.logical_and(relax.op.greater_equal(flat_indices, relax.const(0, "int64")),
+                                  relax.op.less(flat_indices, size))
+    slots = bb.emit(relax.op.where(inside, flat_indices, size))
+    zeros = bb.emit(relax.op.zeros(relax.ShapeExpr([total + 1]), str(data.ty.dtype)))
+    scattered = bb.emit(relax.op.scatter_elements(zeros, slots, relax.op.reshape(data, [-1]), axis=0))
+    kept = bb.emit(relax.op.strided_slice(scattered, [0], [0], [total]))
+    return relax.op.reshape(kept, out)
