@@ -61,6 +61,21 @@ def test_microsoft_gelu(onnx_check):
     onnx_check(m, [[normal(2, 3, 8)], [normal(1, 5, 8)]])
 
 
+def test_a_contrib_operator_without_its_domains_opset_import():
+    """As TVM's own tests write it (TVM's importer takes it; ONNX's shape
+    inference does not): imported, and computed as numpy computes Gelu."""
+    import math
+
+    import shapefn
+
+    m = model([node("Gelu", ["x"], ["y"], domain=MICROSOFT)], [("x", F, [4, 8])], outputs("y"))
+    del m.opset_import[1:]
+    vm = shapefn.VirtualMachine(shapefn.compile(shapefn.from_onnx(m), "sim"), "sim")
+    x = normal(4, 8)
+    want = x * 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+    np.testing.assert_allclose(vm(x).numpy(), want, rtol=1e-5, atol=1e-6)
+
+
 def test_microsoft_skip_layer_normalization(onnx_check):
     """All four outputs (TVM's converter gives the statistics as 0 and no
     sum), and without the optional beta and bias."""
