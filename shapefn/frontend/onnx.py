@@ -26,6 +26,7 @@ from ..compiler.sources import name_after_sources
 from ..errors import InvalidOnnxModel, UnsupportedOnnxOp
 from . import (  # noqa: F401  (they register their converters)
     onnx_converters,
+    onnx_detection,
     onnx_grid,
     onnx_layers,
     onnx_losses,

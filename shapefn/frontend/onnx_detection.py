@@ -1,0 +1,85 @@
+"""shapefn's ONNX converters for the post-processing operators of
+detection models where TVM's converter gives another result than ONNX
+defines: RoiAlign's half-pixel shift, GatherND's result rank, NonZero of a
+scalar, and NonMaxSuppression with its limits given at run time.
+Registered in ``onnx_converters.CONVERTERS`` when imported (``onnx.py``
+imports this module)."""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .onnx_converters import _absent, as_tensor, converter, str_attr, tvm_converter
+
+
+@converter("RoiAlign")
+def roi_align(importer, inputs, attrs, opset):
+    """TVM's converter, with ``half_pixel``'s shift of half a pixel made in
+    the feature map's coordinates (after ``spatial_scale``), as ONNX and
+    onnxruntime make it: TVM's converter shifts the RoIs before scaling
+    them, off by ``0.5 * (1 - spatial_scale)`` map pixels."""
+    default = "half_pixel" if opset >= 16 else "output_half_pixel"
+    scale = float(attrs.get("spatial_scale", 1.0))
+    if str_attr(attrs.get("coordinate_transformation_mode"), default) == "half_pixel" and scale not in (0.0, 1.0) \
+            and len(inputs) == 3:
+        bb = importer.bb
+        rois = as_tensor(bb, inputs[1])
+        shift = relax.const(0.5 - 0.5 / scale, str(rois.ty.dtype))
+        inputs = [inputs[0], bb.normalize(relax.op.add(rois, shift)), inputs[2]]
+    return tvm_converter(importer, "RoiAlign", inputs, attrs, opset)
+
+
+@converter("GatherND")
+def gather_nd(importer, inputs, attrs, opset):
+    """GatherND whose index tuples' length (the last size of indices) is
+    known: it decides the result's rank. Otherwise refused (TVM fails while
+    compiling, naming nothing: found by fuzzing)."""
+    indices = inputs[1]
+    shape = getattr(indices.ty, "shape", None)
+    if shape is not None and not isinstance(shape.values[-1], tvm.tirx.IntImm):
+        raise ValueError(f"the length of its index tuples (the last size of indices, {shape.values[-1]}) must be "
+                         "known when it is imported")
+    return NotImplemented
+
+
+@converter("NonZero")
+def nonzero(importer, inputs, attrs, opset):
+    """NonZero of a scalar as of a one-element vector: onnxruntime gives
+    ``[[0]]`` (rank 1) for a true scalar, TVM's ``nonzero`` a rank-0 index
+    list (found by fuzzing)."""
+    data = inputs[0]
+    if not isinstance(data.ty, relax.TensorType) or data.ty.ndim != 0:
+        return NotImplemented
+    return tvm_converter(importer, "NonZero", [importer.bb.normalize(relax.op.reshape(data, [1]))], attrs, opset)
+
+
+@converter("NonMaxSuppression")
+def non_max_suppression(importer, inputs, attrs, opset):
+    """NMS with its limits as tensors. TVM's converter reads
+    max_output_boxes_per_class, iou_threshold and score_threshold only when
+    they are constants and otherwise substitutes 0, 0.5 and 0.0; it also
+    treats an absent score_threshold as 0.0, dropping boxes whose score is
+    not above 0, where ONNX (and onnxruntime) keep every box. shapefn's NMS
+    kernel takes the three as runtime tensors; ONNX defaults when absent:
+    no boxes (0), IoU threshold 0, no score threshold (-inf)."""
+    bb = importer.bb
+    boxes, scores = inputs[0], inputs[1]
+
+    def limit(i, dtype, default):
+        value = inputs[i] if len(inputs) > i else None
+        if _absent(importer, value):
+            return relax.const(np.full([1], default, dtype), dtype)
+        return as_tensor(bb, value, dtype)
+
+    if attrs.get("center_point_box", 0):
+        # [x_center, y_center, width, height] -> corners (the IoU test is symmetric in x and y).
+        centers = bb.emit(relax.op.strided_slice(boxes, axes=[2], begin=[0], end=[2]))
+        half = bb.emit(relax.op.multiply(bb.emit(relax.op.strided_slice(boxes, axes=[2], begin=[2], end=[4])),
+                                         relax.const(0.5, "float32")))
+        boxes = bb.emit(relax.op.concat([bb.emit(relax.op.subtract(centers, half)),
+                                         bb.emit(relax.op.add(centers, half))], axis=2))
+    result = bb.emit(relax.op.vision.all_class_non_max_suppression(
+        boxes, scores, limit(2, "int64", 0), limit(3, "float32", 0.0), limit(4, "float32", -np.inf),
+        output_format="onnx"))
+    return relax.TupleGetItem(result, 0)
