@@ -63,7 +63,7 @@ class ShapefnRep(BackendRep):
         self._sequence_inputs = set(sequence_inputs(model))
         self._compiled: dict[tuple, VirtualMachine] = {}
         if not self._sequence_inputs:
-            self.vm = self._vm_for({})
+            self._vm_for({})  # (compiled now: a model without sequence inputs has one form)
 
     def _vm_for(self, lengths: dict[str, int]) -> VirtualMachine:
         key = tuple(sorted(lengths.items()))

@@ -215,14 +215,9 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
     def _branch(self, graph) -> relax.SeqExpr:
         """A subgraph as a branch body with its own bindings: only the branch
         taken runs. Outer values are visible; the branch's are not after it."""
-        outer = dict(self._nodes)
         self.bb._begin_binding_block()
         try:
-            for init in graph.initializer:
-                self._nodes[init.name] = relax.const(self._parse_array(init))
-            for node in graph.node:
-                self._construct_node(node)
-            results = [self._as_tensor(self._nodes[o.name]) for o in graph.output]
+            results = [self._as_tensor(r) for r in self._inlined(graph)]
             if not all(isinstance(r, relax.Expr) for r in results):
                 raise UnsupportedOnnxOp(f"If's branch '{graph.name}' returns a sequence or an optional value; "
                                         "shapefn's If returns tensors only")
@@ -230,13 +225,15 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
             result = self.bb.emit(result) if not isinstance(result, relax.Var) else result
         finally:
             block = self.bb._end_block()
-            self._nodes = outer
         return relax.SeqExpr([block], result)
 
-    def _inlined(self, graph) -> list:
-        """A subgraph's results, its nodes imported where the importer is;
-        outer values are visible, the subgraph's are not after it."""
-        outer = dict(self._nodes)
+    def _inlined(self, graph, given: dict | None = None) -> list:
+        """A subgraph's results, its nodes imported where the importer is,
+        its inputs bound to ``given`` (name -> value): outer values are
+        visible, the subgraph's are not after it (If's branches, SequenceMap's
+        and unrolled Loops' bodies)."""
+        outer = self._nodes  # (restored as it is: callers bind the node's outputs into it)
+        self._nodes = {**outer, **(given or {})}
         try:
             for init in graph.initializer:
                 self._nodes[init.name] = relax.const(self._parse_array(init))

@@ -261,31 +261,22 @@ def _unrolled(importer, node, inputs, body) -> list:
     trips, go = int(known[0].reshape(())), known[1] is None or bool(known[1].reshape(()))
     n_carried = len(inputs) - 2
     carried, scans = inputs[2:], [[] for _ in body.output[1 + n_carried:]]
-    outer = importer._nodes  # (restored as it is: the caller binds the outputs into it)
-    try:
-        for i in range(trips):
-            if not go:
-                break
-            nodes = importer._nodes = dict(outer)
-            nodes[body.input[0].name] = relax.const(np.array(i, np.int64), "int64")
-            nodes[body.input[1].name] = relax.const(True, "bool")
-            nodes.update((info.name, value) for info, value in zip(body.input[2:], carried))
-            for init in body.initializer:
-                nodes[init.name] = relax.const(importer._parse_array(init))
-            for n in body.node:
-                importer._construct_node(n)
-            outs = [nodes[o.name] for o in body.output]
-            condition = const_value(importer, importer._as_tensor(outs[0]))
-            if condition is None:
-                raise ValueError(f"Loop {node_label(node)} carries a sequence: it is unrolled, which needs every "
-                                 "condition its body computes known at import")
-            go = bool(condition.reshape(()))
-            carried = [v if isinstance(getattr(v, "ty", None), relax.TupleType) else importer._as_tensor(v)
-                       for v in outs[1:1 + n_carried]]
-            for acc, value in zip(scans, outs[1 + n_carried:]):
-                acc.append(bb.emit(relax.op.expand_dims(importer._as_tensor(value), 0)))
-    finally:
-        importer._nodes = outer
+    for i in range(trips):
+        if not go:
+            break
+        given = {body.input[0].name: relax.const(np.array(i, np.int64), "int64"),
+                 body.input[1].name: relax.const(True, "bool")}
+        given.update((info.name, value) for info, value in zip(body.input[2:], carried))
+        outs = importer._inlined(body, given)
+        condition = const_value(importer, importer._as_tensor(outs[0]))
+        if condition is None:
+            raise ValueError(f"Loop {node_label(node)} carries a sequence: it is unrolled, which needs every "
+                             "condition its body computes known at import")
+        go = bool(condition.reshape(()))
+        carried = [v if isinstance(getattr(v, "ty", None), relax.TupleType) else importer._as_tensor(v)
+                   for v in outs[1:1 + n_carried]]
+        for acc, value in zip(scans, outs[1 + n_carried:]):
+            acc.append(bb.emit(relax.op.expand_dims(importer._as_tensor(value), 0)))
     if any(not acc for acc in scans):
         raise ValueError(f"Loop {node_label(node)} carries a sequence and runs no iteration: its scan outputs' "
                          "shapes are unknown")

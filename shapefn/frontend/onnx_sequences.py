@@ -121,19 +121,10 @@ def sequence_map(importer, inputs, attrs, opset):
     length = len(sequences[0])
     if any(s is not None and len(s) != length for s in sequences):
         raise ValueError(f"SequenceMap's sequences differ in length: {[len(s) for s in sequences if s is not None]}")
-    outer = dict(importer._nodes)
     results = [[] for _ in body.output]
-    try:
-        for k in range(length):
-            importer._nodes = dict(outer)
-            for value, given, items in zip(body.input, inputs, sequences, strict=True):
-                importer._nodes[value.name] = items[k] if items is not None else given
-            for init in body.initializer:
-                importer._nodes[init.name] = relax.const(importer._parse_array(init))
-            for node in body.node:
-                importer._construct_node(node)
-            for out, value in zip(results, body.output, strict=True):
-                out.append(importer._as_tensor(importer._nodes[value.name]))
-    finally:
-        importer._nodes = outer
+    for k in range(length):
+        given = {value.name: items[k] if items is not None else tensor
+                 for value, tensor, items in zip(body.input, inputs, sequences, strict=True)}
+        for out, value in zip(results, importer._inlined(body, given), strict=True):
+            out.append(importer._as_tensor(value))
     return relax.Tuple([relax.Tuple(items) for items in results])
