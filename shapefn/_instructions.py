@@ -261,3 +261,11 @@ class InstructionMethods:
     def ret(self, value: Reg) -> None:
         """``ret`` value (register, read)."""
         self.emit("ret", value)
+
+    @overload
+    def check_record(self, device: DeviceName, /) -> Reg: ...
+    @overload
+    def check_record(self, dst: Reg, device: DeviceName, /) -> Reg: ...
+    def check_record(self, *operands: Any) -> Reg:
+        """``check_record`` dst (register, write), device (device, read)."""
+        return self.emit("check_record", *operands)

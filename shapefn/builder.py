@@ -181,6 +181,8 @@ class ProgramBuilder:
         self._kernel_funcs: dict = {}
         self._shape_funcs: list[str] = []
         self._carried: dict[int, dict] = {}  # shape function index -> its carried builds
+        self._check_sites: list[tuple[str, str]] = []
+        self._check_site_bases: dict[tuple[str, tuple[str, ...]], int] = {}
 
     @staticmethod
     def _index(table: list[str], name: str) -> int:
@@ -209,6 +211,17 @@ class ProgramBuilder:
         if func is not None:
             self._kernel_funcs[name] = func
         return name
+
+    def check_sites(self, source: str, whats: Sequence[str]) -> int:
+        """Declares the check sites of one checked kernel's call: what it
+        checks (``index_checks.checks_of``, in order) at ``source`` (the
+        node it was generated for, or ""); returns the number of the first,
+        which the call passes the kernel (docs/guarantees.md#indices-from-data)."""
+        key = (source, tuple(whats))
+        if key not in self._check_site_bases:
+            self._check_site_bases[key] = len(self._check_sites)
+            self._check_sites.extend((source, what) for what in whats)
+        return self._check_site_bases[key]
 
     def carry_shape_func(self, op_name: str, mask: Sequence[bool], signature: str, kernel: str,
                          out_ndims: Sequence[int]) -> None:
@@ -246,7 +259,8 @@ class ProgramBuilder:
         funcs.update(kernels or {})
         core = _core.Executable.from_parts(parts, self._constants, self._kernels, self._shape_funcs, "",
                                            list(self._carried.values()), list(host_cpu_features),
-                                           _device_code_of(library) if device_code is None else device_code)
+                                           _device_code_of(library) if device_code is None else device_code,
+                                           list(self._check_sites))
         if library is not None and library_path is None:
             library_path = libraries.file_of(library)  # saved by copying it
         return Executable(core, funcs, library, library_path=library_path, default_dependence=default_dependence)

@@ -105,7 +105,7 @@ class Executable:
         """Writes the bytecode to ``path`` and, if it has one, the kernel
         library beside it as ``<path>.kernels.so``."""
         path = os.fspath(path)
-        library_name = ""
+        library_name, target = "", ""
         if self._library is not None:
             library_name = os.path.basename(path) + _LIBRARY_SUFFIX
             target = os.path.join(os.path.dirname(path) or ".", library_name)
@@ -122,14 +122,17 @@ class Executable:
                     f"cannot save: kernels {loose} were given as functions without a library; "
                     "build with library=<tvm module> or register them as global functions")
         core = _core.Executable.deserialize(self._core.serialize())
-        core.kernel_library = library_name
+        core.set_kernel_library(library_name, target)  # with the digest of the file just written
         core.save(path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Executable:
         """Reads and verifies an executable and loads the kernel library saved
         beside it; raises ``ExecutableFormatError`` for a truncated or corrupt
-        file, ``FileNotFoundError`` when the library is missing."""
+        file, ``FileNotFoundError`` when the library is missing, and
+        ``ValueError`` when the library beside it is not the one it was
+        saved with (another size or digest: truncated, or another
+        executable's), before the library is loaded."""
         path = os.fspath(path)
         core = _core.Executable.load(path)
         if core.kernel_library:
@@ -144,7 +147,7 @@ class Executable:
             def receive(library_path, library, kernels):
                 loaded.update(library_path=library_path, library=library, kernels=dict(kernels))
 
-            _core.load_kernel_library(path, core.kernel_library, core.kernels, tvm_ffi.convert(receive))
+            _core.load_kernel_library(path, core, tvm_ffi.convert(receive))
             return cls(core, loaded["kernels"], loaded["library"], library_path=loaded["library_path"])
         return cls(core)
 

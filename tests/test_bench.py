@@ -169,3 +169,25 @@ def test_kernels_json_has_every_key_and_matching_outputs():
         assert row["max_relative_error"] < 1e-4, name  # checked against onnxruntime before timing
     assert data["kernels"]["box_head_fc7"]["numpy_ms"] > 0
     assert data["kernels"]["box_head_fc7"]["flops"] == 2 * 150 * 1024 * 1024
+
+
+def test_index_checks_benchmark_compares_checked_and_clamped_builds():
+    """The two builds of ``shapefn.bench index_checks`` differ in their checks
+    alone: the same answers, sites only in the checked one."""
+    from onnx import TensorProto, helper
+
+    from shapefn.bench import index_checks
+
+    table = helper.make_tensor("table", TensorProto.FLOAT, [8, 4], np.arange(32, dtype=np.float32))
+    graph = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["rows"], name="embed")], "embed",
+                              [helper.make_tensor_value_info("ids", TensorProto.INT64, ["n"])],
+                              [helper.make_tensor_value_info("rows", TensorProto.FLOAT, ["n", 4])],
+                              initializer=[table])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    r = index_checks.measure_model("embed", model, [[np.array([1, 7, -8])]], 2, "host")
+    assert r["check_sites"] == 1
+    assert {"checked_s", "unchecked_s", "checked_min_s", "unchecked_min_s", "ratio"} <= set(r)
+    with index_checks._unchecked():
+        exe = shapefn.compile(shapefn.from_onnx(model), "host")
+    assert exe._core.check_sites == []
+    np.testing.assert_array_equal(shapefn.VirtualMachine(exe, "host")(np.array([9])).numpy(), [[28, 29, 30, 31]])

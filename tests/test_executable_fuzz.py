@@ -65,6 +65,7 @@ def tensor_program(lib):
     y = main.alloc_tensor("device", s, "float32")
     main.invoke_kernel("scale", [x, main.load_int(2), y])
     main.source = ""
+    main.kill(main.check_record("device"))  # (the call's index-check record, as a checked kernel takes it)
     z = main.call("helper", [c])
     n = main.shape_get(s, 0)
     storage = main.alloc_storage("device", main.load_int(64))
@@ -220,6 +221,12 @@ def parse(blob: bytes, library_is_free: bool = True) -> Layout:
         return take("B", "dtype_code"), take("B", "dtype_bits"), take("H", "dtype_lanes")
 
     string(library_is_free)  # the kernel library is opened by Executable.load only
+    if library_is_free:  # its size and digest, which that load compares with the file's
+        free.append((pos, pos + 16))
+    pos += 16
+    for _ in range(take("I", "count")):  # check sites: what a failed index check names, any text
+        string(True)
+        string(True)
     tables = {"k": take("I", "count")}
     for _ in range(tables["k"]):
         string()
@@ -491,6 +498,8 @@ def attempt(load, make_vm, x):
         return "format", str(e)
     except FileNotFoundError as e:  # Executable.load: the kernel library it names is not there
         return "FileNotFoundError", str(e)
+    except ValueError as e:  # Executable.load: the library there is not the one it was saved with
+        return "ValueError", str(e)
     try:
         return "ran", plain(make_vm(core)(x))
     except (ValueError, TypeError, IndexError, KeyError, RuntimeError) as e:

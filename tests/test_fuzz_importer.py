@@ -31,11 +31,16 @@ def runner():
     runner.close()
 
 
-@pytest.mark.parametrize("family", SUBSET)
-def test_mutants_compile_and_match_onnxruntime_or_are_refused_naming_the_node(seeds, runner, family):
-    count, seed = SUBSET[family]
+# Integer inputs given other values (indices, lengths, axes, counts): what a
+# served model gets from a request (family -> (mutants, seed)).
+INPUTS_SUBSET = {"ops": (300, 13), "detection": (150, 14)}
+
+
+@pytest.mark.parametrize("family, mutate", [*((f, "model") for f in SUBSET), *((f, "inputs") for f in INPUTS_SUBSET)])
+def test_mutants_compile_and_match_onnxruntime_or_are_refused_naming_the_node(seeds, runner, family, mutate):
+    count, seed = (SUBSET if mutate == "model" else INPUTS_SUBSET)[family]
     findings, verdicts = [], []
-    for name, model, feeds in fuzz_importer.mutants({family: seeds[family]}, count, seed):
+    for name, model, feeds in fuzz_importer.mutants({family: seeds[family]}, count, seed, mutate):
         verdict, why = fuzz_importer.classify(name, model, feeds, runner.run(model, feeds))
         verdicts.append(verdict)
         if verdict == "finding":

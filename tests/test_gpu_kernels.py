@@ -11,6 +11,7 @@ import tvm
 
 from conftest import opencl
 from shapefn.compiler import hand_built as kernels
+from shapefn.compiler import index_checks
 from shapefn.compiler.kernels import concat, scatter
 from shapefn.compiler.kernels import count as count_kernels
 from shapefn.compiler.kernels import dynamic as dyn_kernels
@@ -339,10 +340,17 @@ SCATTER = {  # name: (ndim, axis, reduction, dtype, index_dtype)
 }
 
 
+def checked(func):
+    """A kernel with its index checks written out (as a compile does) and
+    its check site fixed to 0: it takes a check record after its own arguments."""
+    func = index_checks.materialize(func)
+    return func.specialize({func.params[-1]: tvm.tirx.const(0, "int64")})
+
+
 @pytest.fixture(scope="module")
 def scatter_libs():
     def forms(module):
-        return {name: module.scatter_elements(*args) for name, args in SCATTER.items()}
+        return {name: checked(module.scatter_elements(*args)) for name, args in SCATTER.items()}
     return gpu_build(forms(gpu_kernels)), kernels.build(forms(scatter))
 
 
@@ -381,10 +389,27 @@ def test_scatter_elements_matches_the_cpu_form(scatter_libs, rng, name, data_sha
     indices = rng.integers(-d, d, index_shape).astype(index_dtype)  # negative from the end
     updates = (rng.standard_normal(index_shape) if dtype.startswith("float")
                else rng.integers(-20, 21, index_shape)).astype(dtype)
-    gpu, cpu = both(name, *scatter_libs, data, indices, updates, np.zeros(data_shape, dtype))
+    record = np.zeros(index_checks.RECORD_WORDS, np.int64)
+    gpu, cpu = both(name, *scatter_libs, data, indices, updates, np.zeros(data_shape, dtype), record)
     np.testing.assert_array_equal(gpu[3].view(np.uint8), cpu[3].view(np.uint8))
+    assert not gpu[4].any() and not cpu[4].any()
     if data.size <= 2000 and indices.size <= 2000:
         np.testing.assert_array_equal(gpu[3], numpy_scatter(data, indices, updates, axis, reduction))
+
+
+@opencl
+@pytest.mark.parametrize("bad", [5, -6, 2**40, -(2**63)])
+def test_scatter_elements_reports_an_index_out_of_range_and_writes_inside(scatter_libs, bad):
+    """Both forms write the first index out of range into the check record
+    (flag, site, index, bounds) and clamp it: nothing lands outside ``out``."""
+    data = np.arange(15, dtype=np.float32).reshape(5, 3)
+    indices = np.zeros((4, 2), np.int64)
+    indices[2, 1] = bad
+    updates = np.ones((4, 2), np.float32)
+    record = np.zeros(index_checks.RECORD_WORDS, np.int64)
+    gpu, cpu = both("mean", *scatter_libs, data, indices, updates, np.zeros((5, 3), np.float32), record)
+    for form in (gpu, cpu):
+        np.testing.assert_array_equal(form[4][:5], [1, 0, bad, -5, 5])
 
 
 # --------------------------------------------------------------------------- device code
@@ -403,7 +428,7 @@ ALL_KERNELS = {
 @pytest.mark.parametrize("name", list(ALL_KERNELS))
 @pytest.mark.parametrize("target", ["cuda", "opencl"])
 def test_kernels_compile_to_device_code(name, target):
-    func = ALL_KERNELS[name]().with_attr("global_symbol", name)
+    func = index_checks.materialize(ALL_KERNELS[name]()).with_attr("global_symbol", name)
     lib = tvm.tirx.build(tvm.IRModule({name: func}), tvm.target.Target(target, host="llvm"))
     (device,) = lib.imports
     assert device.kind == target

@@ -3,10 +3,12 @@ builds (counted by kernel_cache.stats, never timed), what a changed or
 corrupt entry rebuilds, and that results match a fresh build and TVM's
 Relax VM."""
 import errno
+import hashlib
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -178,6 +180,35 @@ def test_corrupt_library_is_relinked(cache_dir):
     assert rebuilt == 0
     x = np.random.default_rng(5).standard_normal((2, 8)).astype("float32")
     np.testing.assert_allclose(run(exe, x), relax_vm(chain(), x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_truncated_library_in_the_cache_is_rebuilt_before_it_is_mapped(cache_dir):
+    """Truncated in place (a full disk, a killed copy), a library would fault
+    the process that maps it (SIGBUS); its digest beside it tells, and every
+    later compile rebuilds it. Each compile in a fresh process, as a later
+    compile is (and so that none of them has the library mapped while it is
+    truncated)."""
+    script = ("import numpy as np, shapefn, sys; sys.path.insert(0, 'tests'); from test_kernel_cache import chain; "
+              f"shapefn.set_cache_dir({str(cache_dir)!r}); "
+              "exe = shapefn.compile(chain(), 'sim'); "
+              "print(shapefn.VirtualMachine(exe, 'sim')(np.ones((2, 8), np.float32)).numpy().sum())")
+
+    def compile_elsewhere() -> float:
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                              cwd=Path(__file__).parent.parent)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return float(proc.stdout)
+
+    want = compile_elsewhere()
+    (library,) = (cache_dir / "kernels" / "libraries").glob("*.so")
+    digest = library.parent / (library.name + ".sha256")
+    assert digest.read_text() == f"{library.stat().st_size} {hashlib.sha256(library.read_bytes()).hexdigest()}"
+    with open(library, "r+b") as f:
+        f.truncate(library.stat().st_size // 3)
+    for _ in range(2):
+        assert compile_elsewhere() == want
+    assert digest.read_text() == f"{library.stat().st_size} {hashlib.sha256(library.read_bytes()).hexdigest()}"
+    assert want == pytest.approx(float(relax_vm(chain(), np.ones((2, 8), np.float32)).sum()), rel=1e-5)
 
 
 def test_cached_build_matches_fresh_build_and_saves(cache_dir, tmp_path_factory):

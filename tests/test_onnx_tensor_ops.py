@@ -83,10 +83,10 @@ def test_det(onnx_check):
     onnx_check(m, [feed(3), feed(1)], atol=1e-4)
 
 
-def test_values_out_of_range_read_nothing_outside():
-    """Lengths beyond the time axis reverse all of it (ONNX's reference), and
-    negative ones nothing; linear writes past the cache are dropped
-    (onnxruntime refuses both); a Col2Im input whose sizes do not fit its
+def test_values_out_of_range_are_refused_naming_the_node():
+    """A sequence length outside [0, steps] and a linear write past the cache
+    raise IndexError (as onnxruntime refuses them; ONNX's reference reverses
+    all of a longer sequence); a Col2Im input whose sizes do not fit its
     shapes given at run time is refused by the reshape's shape function."""
     m = model([node("ReverseSequence", ["x", "lens"], ["y"], batch_axis=0, time_axis=1),
                node("TensorScatter", ["past", "update", "writes"], ["cache"]),
@@ -95,21 +95,20 @@ def test_values_out_of_range_read_nothing_outside():
                ("writes", I64, ["N"]), ("cols", F, [1, 4, "L"]), ("image", I64, [2]), ("block", I64, [2])],
               [("y", F, None), ("cache", F, None), ("image_out", F, None)], opset=24)
     vm = shapefn.VirtualMachine(shapefn.compile(from_onnx(m), "sim"), shapefn.sim(strict=True))
-    x, past, update = uniform((3, 4)), uniform((3, 5, 2)), uniform((3, 3, 2))
-    y, cache, image = (t.numpy() for t in vm(x, i64(9, -2, 3), past, update, i64(4, 2, 0), uniform((1, 4, 9)),
-                                             i64(4, 4), i64(2, 2)))
-    np.testing.assert_array_equal(y, np.stack([x[0, ::-1], x[1], [*x[2, 2::-1], x[2, 3]]]))
-    want = past.copy()
-    want[0, 4], want[1, 2:], want[2, :3] = update[0, 0], update[1], update[2]
-    np.testing.assert_array_equal(cache, want)
-    cols = uniform((1, 4, 9))
-    reference = ReferenceEvaluator(m).run(None, {"x": x, "lens": i64(1, 1, 1), "past": past, "update": update,
-                                                 "writes": i64(0, 0, 0), "cols": cols, "image": i64(4, 4),
-                                                 "block": i64(2, 2)})
-    got = vm(x, i64(1, 1, 1), past, update, i64(0, 0, 0), cols, i64(4, 4), i64(2, 2))
-    np.testing.assert_allclose(got[2].numpy(), reference[2], rtol=1e-5, atol=1e-6)
+    x, past, update, cols = uniform((3, 4)), uniform((3, 5, 2)), uniform((3, 3, 2)), uniform((1, 4, 9))
+    feeds = {"x": x, "lens": i64(4, 0, 3), "past": past, "update": update, "writes": i64(2, 0, 1), "cols": cols,
+             "image": i64(4, 4), "block": i64(2, 2)}
+    reference = ReferenceEvaluator(m).run(None, feeds)
+    for got, want in zip(vm(*feeds.values()), reference, strict=True):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
+    for name, values, message in [("lens", i64(9, 0, 3), r"sequence length is 9, outside \[0, 5\)"),
+                                  ("lens", i64(4, -2, 3), r"sequence length is -2, outside \[0, 5\)"),
+                                  ("writes", i64(3, 0, 1), r"write index is 3, outside \[0, 3\)")]:
+        with pytest.raises(IndexError, match=message):
+            for out in vm(*{**feeds, name: values}.values()):
+                out.numpy()
     with pytest.raises(Exception, match="cannot reshape"):
-        vm(x, i64(1, 1, 1), past, update, i64(0, 0, 0), uniform((1, 4, 8)), i64(4, 4), i64(2, 2))
+        vm(*{**feeds, "cols": uniform((1, 4, 8))}.values())
 
 
 @pytest.mark.parametrize("op, inputs, attrs, match", [

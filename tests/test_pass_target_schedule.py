@@ -411,12 +411,20 @@ def test_gpu_form_on_device_values_is_kept_as_written(fake_gpu_forms):
                                     fake_gpu_forms.nonzero(2, "float32").with_attr("global_symbol", "k"))
 
 
+@T.prim_func
+def bound_shift(a: T.Buffer((2,), "int64"), b: T.Buffer((2,), "int64")):
+    T.func_attr({"op_pattern": 8})  # (kOpaque: not fused)
+    for i in T.thread_binding(2, thread="threadIdx.x"):
+        b[i] = a[i] + T.int64(7)
+
+
 def test_thread_bound_kernel_without_host_form_stays_on_the_device():
-    """TVM's GPU scatter_nd (legalized under the target) on host values
-    has no host build: it runs on the device, its inputs copied there."""
+    """A kernel bound to GPU threads (as TVM's GPU legalizations write them)
+    on host values, with no host build: it runs on the device, its inputs
+    copied there."""
     def body(bb, x):
         shape = bb.emit(relax.op.shape_to_tensor(bb.emit(relax.op.shape_of(x))))
-        return relax.op.scatter_nd(shape, relax.const(np.array([[1]]), "int64"), relax.const(np.array([7]), "int64"))
+        return relax.call_tir(bb.add_func(bound_shift, "bound_shift"), [shape], relax.TensorType([2], "int64"))
 
     mod = relax_main([("x", [sym("n"), sym("m")], "float32")], body)
     assert host_kernels(mod, "opencl") == {"shape_to_tensor_host"}

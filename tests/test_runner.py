@@ -407,6 +407,35 @@ def test_missing_and_corrupt_executables(runner, saved_models, tmp_path):
     assert "kernel library" in message and "mlp.sfx.kernels.so" in message and "is missing" in message
 
 
+def _beside(source: Path, directory: Path, library: bytes) -> Path:
+    """A copy of the executable at ``source`` in ``directory``, with
+    ``library`` as the kernel library it names."""
+    directory.mkdir()
+    shutil.copy(source, directory / source.name)
+    (directory / f"{source.name}.kernels.so").write_bytes(library)
+    return directory / source.name
+
+
+def test_a_kernel_library_not_the_one_saved_is_refused_before_it_is_loaded(runner, saved_models, tmp_path):
+    """A truncated library (which the loader would map and fault on: SIGBUS)
+    and another executable's (the same kernel names: its results would be
+    wrong) are refused naming both files, by Python and the runner alike."""
+    x = save_inputs(tmp_path, [np.ones((2, 1024), np.float32)])[0]
+    common = ["--device", "sim", "--input", x, "--output-dir", "out"]
+    library = Path(str(saved_models["mlp"]) + ".kernels.so").read_bytes()
+    other = Path(str(saved_models["slice"]) + ".kernels.so").read_bytes()
+    cases = {"truncated": (library[:10_000], r"it has 10000 bytes, the executable's had \d+"),
+             "swapped": (other, "same size, other contents" if len(other) == len(library) else "it has")}
+    for case, (data, detail) in cases.items():
+        path = _beside(Path(saved_models["mlp"]), tmp_path / case, data)
+        message = (rf"kernel library '.*{case}/mlp.sfx.kernels.so' is not the one executable '.*{case}/mlp.sfx' "
+                   "was saved with")
+        with pytest.raises(ValueError, match=message) as info:
+            shapefn.Executable.load(path)
+        assert re.search(detail, str(info.value))
+        assert re.search(message, failure(runner, [str(path), *common], tmp_path))
+
+
 @pytest.fixture(scope="module")
 def saved_cuda_slice(tmp_path_factory):
     """The dynamic-slice model compiled for cuda (no GPU needed to compile)."""
@@ -496,6 +525,10 @@ def test_missing_input_file(runner, saved_models, tmp_path):
     stderr = failure(runner, [saved_models["mlp"], "--device", "sim", "--input", "nowhere.npy", "--output-dir", "o"],
                      tmp_path)
     assert "'nowhere.npy': cannot open the file" in stderr
+    (tmp_path / "inputs").mkdir()
+    stderr = failure(runner, [saved_models["mlp"], "--device", "sim", "--input", "inputs", "--output-dir", "o"],
+                     tmp_path)
+    assert "'inputs': is a directory, not a .npy file" in stderr
 
 
 def test_unwritable_profile_trace(runner, saved_models, tmp_path):

@@ -316,7 +316,8 @@ def test_disk_cache_hit_skips_compilation(tmp_path):
 
     function, out_ndims = compile_it()
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert sorted(p.suffix for p in files) == [".o", ".ref", ".so"]  # one kernel: object, entry; one library
+    # one kernel: object, entry; one library and its digest
+    assert sorted(p.suffix for p in files) == [".o", ".ref", ".sha256", ".so"]
     assert not any(p.name.startswith(".") for p in files)  # no temporary file left behind
     assert compile_it()[0] is function  # in-process hit
 

@@ -18,7 +18,11 @@ Seed families (``--seeds``, ``FAMILIES``):
 the seed models with one mutation each (an attribute changed or removed, an
 input rewired or dropped, an input's dtype or shape changed, an initializer
 truncated, the opset changed, a node duplicated or deleted), the same ones
-for the same ``seed``. ``Runner`` compiles and runs each mutant with shapefn
+for the same ``seed``. With ``mutate="inputs"`` (``--mutate inputs``) the
+model stays as it is and one value of an integer input changes instead
+(an index, a length, an axis, a count), to one just outside a bound, far
+outside one, or an extreme of int64: what a served model gets from a
+request. ``Runner`` compiles and runs each mutant with shapefn
 in a worker process (so that a crash or a hang is seen, not suffered) and
 ``classify`` judges the outcome:
 
@@ -49,15 +53,21 @@ from onnx import TensorProto
 
 MUTATIONS = ("attribute_changed", "attribute_removed", "input_rewired", "input_dropped", "dtype_changed",
              "shape_changed", "initializer_truncated", "opset_changed", "node_duplicated", "node_deleted")
-ALLOWED = ("InvalidOnnxModel", "UnsupportedOnnxOp", "ValueError", "TypeError", "DataDependenceError")
+ALLOWED = ("InvalidOnnxModel", "UnsupportedOnnxOp", "ValueError", "TypeError", "IndexError", "DataDependenceError")
+# What an integer input's value may become (``--mutate inputs``).
+_INDEX_VALUES = (-1, -2, 7, 64, 1_000_000, -1_000_000, 2**40, -(2**40), -(2**63), 2**63 - 1)
 _DTYPES = (TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL, TensorProto.DOUBLE,
            TensorProto.FLOAT16, TensorProto.UINT8)
 
 
-def mutants(seeds: dict, count: int, seed: int = 0):
+def mutants(seeds: dict, count: int, seed: int = 0, mutate: str = "model"):
     """``count`` mutants of ``seeds`` (family -> {name -> (model, feeds)},
     as ``seed_models`` gives), reproducibly: each picks a family by its
-    share (``FAMILIES``), then a seed model and a mutation uniformly."""
+    share (``FAMILIES``), then a seed model and a mutation uniformly; with
+    ``mutate="inputs"``, the model as it is and a value of an integer input
+    changed (``input_value_changed``)."""
+    if mutate not in ("model", "inputs"):
+        raise ValueError(f"mutate must be 'model' or 'inputs', not {mutate!r}")
     rng = random.Random(seed)
     families = sorted(seeds)
     shares = [FAMILIES[f][1] if f in FAMILIES else 1.0 for f in families]
@@ -67,11 +77,41 @@ def mutants(seeds: dict, count: int, seed: int = 0):
         family = rng.choices(families, shares)[0] if len(families) > 1 else families[0]
         name = names[family][rng.randrange(len(names[family]))]
         model, feeds = seeds[family][name]
+        if mutate == "inputs":
+            changed = input_value_changed(model, feeds, rng)
+            if changed is not None:
+                made += 1
+                yield f"{name}/input_value_changed/{made}", model, changed
+            continue
         kind = MUTATIONS[rng.randrange(len(MUTATIONS))]
         mutant = copy.deepcopy(model)
         if _MUTATE[kind](mutant, rng):
             made += 1
             yield f"{name}/{kind}/{made}", mutant, feeds
+
+
+def input_value_changed(model, feeds, rng):
+    """``feeds`` with one element of one integer graph input set to one of
+    ``_INDEX_VALUES`` in every feed set (the same input and position), or
+    None when the model takes no non-empty integer input."""
+    names = [i.name for i in model.graph.input]
+    candidates = [k for k, name in enumerate(names)
+                  if all(k < len(args) and np.asarray(args[k]).dtype.kind in "iu" and np.asarray(args[k]).size
+                         for args in feeds)]
+    if not candidates:
+        return None
+    k = candidates[rng.randrange(len(candidates))]
+    value = _INDEX_VALUES[rng.randrange(len(_INDEX_VALUES))]
+    changed = []
+    for args in feeds:
+        args = list(args)
+        array = np.array(args[k])
+        info = np.iinfo(array.dtype)
+        flat = array.reshape(-1)
+        flat[rng.randrange(flat.size)] = min(max(value, info.min), info.max)
+        args[k] = flat.reshape(array.shape)
+        changed.append(args)
+    return changed
 
 
 def _node(model, rng):
@@ -451,6 +491,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", default="ops,detection",
                         help=f"comma-separated seed families, of {', '.join(FAMILIES)}")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds a mutant may take")
+    parser.add_argument("--mutate", choices=("model", "inputs"), default="model",
+                        help="what a mutant changes: the model, or a value of an integer input")
     parser.add_argument("--verbose", action="store_true", help="print every mutant's verdict and seconds")
     args = parser.parse_args(argv)
     families = args.seeds.split(",")
@@ -459,7 +501,7 @@ def main(argv=None) -> int:
         parser.error(f"unknown seed families {unknown}; choose from {', '.join(FAMILIES)}")
     runner, verdicts = Runner(args.timeout), collections.Counter()
     start = time.monotonic()
-    for name, model, feeds in mutants(seed_models(families), args.count, args.seed):
+    for name, model, feeds in mutants(seed_models(families), args.count, args.seed, args.mutate):
         began = time.monotonic()
         verdict, why = classify(name, model, feeds, runner.run(model, feeds))
         verdicts[verdict] += 1
@@ -468,8 +510,8 @@ def main(argv=None) -> int:
         elif args.verbose:
             print(f"{verdict}: {name} ({time.monotonic() - began:.1f} s)", flush=True)
     runner.close()
-    print(f"{args.count} mutants of {args.seeds} (seed {args.seed}) in {time.monotonic() - start:.0f} s: "
-          f"{dict(sorted(verdicts.items()))}")
+    print(f"{args.count} mutants ({args.mutate}) of {args.seeds} (seed {args.seed}) in "
+          f"{time.monotonic() - start:.0f} s: {dict(sorted(verdicts.items()))}")
     return 1 if verdicts["finding"] else 0
 
 

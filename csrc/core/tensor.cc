@@ -180,6 +180,9 @@ TensorRef WrapHostTensor(const DLTensor& tensor, void (*release)(void*), void* c
 void CopyTensorToHost(const TensorObj& tensor, void* host_dst) {
   tensor.device()->CopyToHost(host_dst, tensor.data(), tensor.nbytes());
   tensor.device()->Sync();
+  if (tensor.checks) {
+    for (const auto& check : *tensor.checks) check->Verify();
+  }
 }
 
 }  // namespace shapefn

@@ -86,6 +86,15 @@ class SimDevice final : public Device {
     return Transfer(false, n);
   }
   void Sync() override { RecordSync(); }
+  // Host-mapped memory on a real device: read in place, not a modelled transfer.
+  void ReadCheckWords(int64_t* dst, const void* src, size_t n) override {
+    auto exclusive = LockIfStrict();
+    std::memcpy(dst, src, n);
+  }
+  void ClearCheckWords(void* dst, size_t n) override {
+    auto exclusive = LockIfStrict();
+    std::memset(dst, 0, n);
+  }
 
   void BeginHostShapeWork() override {
     if (config_.strict && strict_depth_++ == 0) mprotect(base_, size_, PROT_NONE);

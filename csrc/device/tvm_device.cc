@@ -6,6 +6,7 @@
 #include <tvm/runtime/device_api.h>
 
 #include <string>
+#include <vector>
 
 #include "shapefn/device.h"
 #include "shapefn/error.h"
@@ -75,6 +76,15 @@ class TvmDevice final : public Device {
   void Sync() override {
     api_->StreamSync(device_, nullptr);
     RecordSync();
+  }
+  void ReadCheckWords(int64_t* host_dst, const void* src, size_t n) override {
+    Copy(const_cast<void*>(src), device_, host_dst, DLDevice{kDLCPU, 0}, n);
+    api_->StreamSync(device_, nullptr);
+  }
+  void ClearCheckWords(void* dst, size_t n) override {
+    std::vector<uint8_t> zeros(n, 0);
+    Copy(zeros.data(), DLDevice{kDLCPU, 0}, dst, device_, n);
+    api_->StreamSync(device_, nullptr);
   }
   std::unique_ptr<DeviceTiming> StartTiming() override { return MakeTvmTiming(kind_, device_, api_); }
 

@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "cpu_features.h"
+#include "digest.h"
 #include "isa.h"
 #include "shapefn/executable.h"
 #include "shapefn/kernel_library.h"
@@ -56,9 +57,13 @@ py::dict CarriedToPython(const Executable& e, const CarriedShapeFunc& c) {
 std::shared_ptr<Executable> FromParts(const py::list& functions, const py::list& constants,
                                       const std::vector<std::string>& kernels, const py::list& shape_funcs,
                                       const std::string& kernel_library, const py::list& carried_shape_funcs,
-                                      const std::vector<std::string>& host_cpu_features,
-                                      const std::string& device_code) {
+                                      const std::vector<std::string>& host_cpu_features, const std::string& device_code,
+                                      const py::list& check_sites) {
   ExecutableParts parts;
+  for (py::handle site : check_sites) {
+    auto [source, what] = site.cast<std::pair<std::string, std::string>>();
+    parts.check_sites.push_back(CheckSite{std::move(source), std::move(what)});
+  }
   parts.kernels = kernels;
   std::map<int32_t, std::vector<bool>> carried_masks;
   for (py::handle c : carried_shape_funcs) {
@@ -144,15 +149,14 @@ void RegisterExecutable(py::module_& m) {
   });
   m.def(
       "load_kernel_library",
-      [](const std::string& executable_path, const std::string& library_name,
-         const std::vector<std::string>& kernel_names, const py::object& receive) {
-        KernelLibrary library = LoadKernelLibrary(executable_path, library_name, kernel_names);
+      [](const std::string& executable_path, const Executable& exe, const py::object& receive) {
+        KernelLibrary library = LoadKernelLibrary(executable_path, exe);
         tvm::ffi::Map<tvm::ffi::String, tvm::ffi::Function> kernels;
         for (const auto& [name, fn] : library.kernels) kernels.Set(name, fn);
         // tvm-ffi hands the module and functions to Python as its own objects.
         FunctionFromPython(receive)(library.path, library.module, kernels);
       },
-      py::arg("executable_path"), py::arg("library_name"), py::arg("kernel_names"), py::arg("receive"),
+      py::arg("executable_path"), py::arg("executable"), py::arg("receive"),
       "Loads an executable's kernel library (shapefn::LoadKernelLibrary) and calls the tvm_ffi.Function "
       "`receive(path, module, kernels)` with it.");
   m.def("checkable_cpu_features", &CheckableCpuFeatures,
@@ -162,7 +166,8 @@ void RegisterExecutable(py::module_& m) {
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
       .def_static("from_parts", &FromParts, py::arg("functions"), py::arg("constants"), py::arg("kernels"),
                   py::arg("shape_funcs"), py::arg("kernel_library"), py::arg("carried_shape_funcs") = py::list(),
-                  py::arg("host_cpu_features") = std::vector<std::string>{}, py::arg("device_code") = "")
+                  py::arg("host_cpu_features") = std::vector<std::string>{}, py::arg("device_code") = "",
+                  py::arg("check_sites") = py::list())
       .def_static("load", &Executable::Load)
       .def_static("deserialize",
                   [](const py::bytes& b) {
@@ -217,9 +222,26 @@ void RegisterExecutable(py::module_& m) {
                                  out.append(CarriedToPython(e, c));
                                return out;
                              })
-      .def_property(
-          "kernel_library", [](const Executable& e) { return e.kernel_library(); },
-          [](Executable& e, const std::string& name) { e.set_kernel_library(name); });
+      .def_property_readonly("kernel_library", [](const Executable& e) { return e.kernel_library(); })
+      // (size, FNV-1a 64) of the library it was saved with; (0, 0) for none.
+      .def_property_readonly("kernel_library_digest",
+                             [](const Executable& e) {
+                               return py::make_tuple(e.kernel_library_digest().size, e.kernel_library_digest().fnv1a);
+                             })
+      .def(
+          "set_kernel_library",
+          [](Executable& e, const std::string& name, const std::string& path) {
+            e.set_kernel_library(name, path.empty() ? LibraryDigest{} : FileDigest(path));
+          },
+          py::arg("name"), py::arg("path"),
+          "Names the kernel library file the executable is saved with, and records the digest of `path`, "
+          "that file (none for an empty path).")
+      // [(source, what)]: where its checked kernels read indices from data.
+      .def_property_readonly("check_sites", [](const Executable& e) {
+        py::list out;
+        for (const CheckSite& site : e.check_sites()) out.append(py::make_tuple(site.source, site.what));
+        return out;
+      });
 }
 
 }  // namespace shapefn::python

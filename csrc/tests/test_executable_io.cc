@@ -85,6 +85,8 @@ ExecutableParts Everything() {
   carried.builds.push_back(CarriedShapeFunc::Build{"float32:2,int64:1,float32:2", 2, {2, 0}});
   parts.carried_shape_funcs.push_back(carried);
   parts.kernel_library = "model.sfx.kernels.so";
+  parts.kernel_library_digest = LibraryDigest{123456, 0x5eed5eed5eed5eedull};
+  parts.check_sites = {{"ONNX node 'g' (Gather)", "take: index along axis 1"}, {"", "scatter_nd: coordinate 0"}};
   parts.host_cpu_features = {"avx2", "fma"};
   parts.device_code = "cpu";
   return parts;
@@ -144,6 +146,12 @@ void ExpectSame(const Executable& a, const Executable& b) {
     }
   }
   EXPECT_EQ(a.kernel_library(), b.kernel_library());
+  EXPECT_TRUE(a.kernel_library_digest() == b.kernel_library_digest());
+  ASSERT_EQ(a.check_sites().size(), b.check_sites().size());
+  for (size_t i = 0; i < a.check_sites().size(); ++i) {
+    EXPECT_EQ(a.check_sites()[i].source, b.check_sites()[i].source);
+    EXPECT_EQ(a.check_sites()[i].what, b.check_sites()[i].what);
+  }
   EXPECT_EQ(a.host_cpu_features(), b.host_cpu_features());
   EXPECT_EQ(a.device_code(), b.device_code());
   EXPECT_EQ(a.Disassemble(true), b.Disassemble(true));
@@ -250,9 +258,13 @@ TEST(ExecutableIO, TablesThatRunPastThePayloadAreRefused) {
     SCOPED_TRACE("payload cut at " + std::to_string(n - kPayloadAt));
     EXPECT_SHAPEFN_ERROR(Deserialize(cut), ErrorKind::kFormat, "");
   }
-  // The kernel count, after the kernel library's name (a u32 length, then its bytes).
+  // The kernel count, after the kernel library's name (a u32 length, then
+  // its bytes), its size and digest (two u64) and the check sites (a u32
+  // count, then two strings each).
   std::vector<uint8_t> counted = bytes;
-  const size_t kernel_count_at = kPayloadAt + 4 + std::string("model.sfx.kernels.so").size();
+  size_t kernel_count_at = kPayloadAt + 4 + std::string("model.sfx.kernels.so").size() + 8 + 8 + 4;
+  for (const CheckSite& site : Everything().check_sites)
+    kernel_count_at += 4 + site.source.size() + 4 + site.what.size();
   uint32_t kernels = 0;
   std::memcpy(&kernels, counted.data() + kernel_count_at, sizeof(kernels));
   ASSERT_EQ(kernels, 3u);

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -162,6 +163,8 @@ std::shared_ptr<void> AllocAligned(size_t nbytes) {
 }
 
 Array Read(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) Bad(path, "is a directory, not a .npy file");
   std::ifstream in(path, std::ios::binary);
   if (!in) Bad(path, "cannot open the file");
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

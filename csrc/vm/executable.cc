@@ -10,6 +10,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "digest.h"
 #include "isa.h"
 #include "shapefn/error.h"
 #include "shapefn/tensor.h"
@@ -21,15 +22,6 @@ namespace {
 
 constexpr char kMagic[8] = {'S', 'H', 'A', 'P', 'E', 'F', 'N', 'X'};
 constexpr size_t kHeaderSize = 8 + 4 + 8 + 8;
-
-uint64_t Fnv1a(const uint8_t* data, size_t n) {
-  uint64_t h = 14695981039346656037ull;  // FNV-1a 64 offset basis
-  for (size_t i = 0; i < n; ++i) {
-    h ^= data[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 class Writer {
  public:
@@ -113,6 +105,13 @@ std::vector<uint8_t> Executable::Serialize() const {
   const auto& functions = p.functions;
   Writer w;
   w.Str(kernel_library);
+  w.Pod<uint64_t>(p.kernel_library_digest.size);
+  w.Pod<uint64_t>(p.kernel_library_digest.fnv1a);
+  w.Pod<uint32_t>(static_cast<uint32_t>(p.check_sites.size()));
+  for (const CheckSite& site : p.check_sites) {
+    w.Str(site.source);
+    w.Str(site.what);
+  }
   w.Pod<uint32_t>(static_cast<uint32_t>(kernels.size()));
   for (const auto& k : kernels) w.Str(k);
   w.Pod<uint32_t>(static_cast<uint32_t>(shape_funcs.size()));
@@ -201,6 +200,15 @@ std::shared_ptr<Executable> Executable::Deserialize(const uint8_t* data, size_t 
   Reader r(payload, payload_size);
   ExecutableParts parts;
   parts.kernel_library = r.Str("kernel library");
+  parts.kernel_library_digest.size = r.Pod<uint64_t>("kernel library size");
+  parts.kernel_library_digest.fnv1a = r.Pod<uint64_t>("kernel library digest");
+  uint64_t n_sites = r.Count("check sites", 8);
+  for (uint64_t i = 0; i < n_sites; ++i) {
+    CheckSite site;
+    site.source = r.Str("check site source");
+    site.what = r.Str("check site");
+    parts.check_sites.push_back(std::move(site));
+  }
   uint64_t n = r.Count("kernels", 4);
   for (uint64_t i = 0; i < n; ++i) parts.kernels.push_back(r.Str("kernel name"));
   n = r.Count("shape functions", 4);
@@ -295,6 +303,22 @@ std::shared_ptr<Executable> Executable::Load(const std::string& path) {
   if (!in) Fail(ErrorKind::kValue, "cannot open executable '" + path + "'");
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return Deserialize(bytes.data(), bytes.size());
+}
+
+LibraryDigest FileDigest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Fail(ErrorKind::kNotFound, "cannot read '" + path + "'");
+  LibraryDigest digest;
+  digest.fnv1a = Fnv1a(nullptr, 0);
+  std::vector<char> buffer(size_t{1} << 20);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const size_t got = static_cast<size_t>(in.gcount());
+    digest.fnv1a = Fnv1a(reinterpret_cast<const uint8_t*>(buffer.data()), got, digest.fnv1a);
+    digest.size += got;
+  }
+  if (in.bad()) Fail(ErrorKind::kNotFound, "cannot read '" + path + "'");
+  return digest;
 }
 
 const std::string& FunctionDef::SourceOf(size_t pc) const {

@@ -386,6 +386,11 @@ Value VirtualMachine::Impl::Run(int function_index, std::vector<Value>& regs, in
           continue;
         }
         case Opcode::kRet: return std::move(regs[ops::Ret(ins).value()]);
+        case Opcode::kCheckRecord: {
+          ops::CheckRecord op(ins);
+          SetTensor(regs[op.dst()], checks_.RecordFor(devices_[op.device()]));
+          break;
+        }
         case Opcode::kCount: break;
       }
       ++pc;
@@ -423,6 +428,9 @@ void VirtualMachine::Impl::SyncWith(Device& device) {
   device.Sync();
   counters_.syncs += 1;
   if (profiler_ != nullptr) profiler_->Sync(device, start);
+  // Before anything reads what the device computed: an index out of range
+  // there made it wrong.
+  if (checks_.any()) checks_.AfterSync(device);
 }
 
 void VirtualMachine::Impl::ExecInvokeKernel(const Instruction& ins, std::vector<Value>& regs) {
@@ -469,6 +477,7 @@ void VirtualMachine::Impl::ExecInvokeKernel(const Instruction& ins, std::vector<
     CallKernel(kernels_[k], scratch_args_, exe_->kernels()[k]);
   }
   counters_.kernel_calls += 1;
+  checks_.CheckHost();
 }
 
 void VirtualMachine::Impl::ExecReadback(const Instruction& ins, std::vector<Value>& regs) {

@@ -84,7 +84,7 @@ ShapeFuncEntryPtr RegisteredEntry(const ShapeFuncUse& use) {
 
 VirtualMachine::Impl::Impl(std::shared_ptr<const Executable> exe, std::shared_ptr<Device> device, VMOptions options,
                            const std::map<std::string, tvm::ffi::Function>& kernels)
-    : exe_(std::move(exe)), options_(options) {
+    : exe_(std::move(exe)), checks_(exe_), options_(options) {
   RequireDeviceCode(*exe_, DeviceCodeOf(device->kernel_device()), device->name());
   RequireCpuFeatures(exe_->host_cpu_features());
   devices_[kHostSlot] = HostDevice();
@@ -202,13 +202,58 @@ Value VirtualMachine::Impl::Invoke(int function_index, std::vector<Value> args, 
       }
     }
   } frame_scope{frame_, num_registers};
+  checks_.BeginCall();
+  for (const Value& arg : args) InheritChecks(arg);
   for (size_t i = 0; i < args.size(); ++i) frame_[i] = std::move(args[i]);
   call_start_instructions_ = counters_.instructions;
-  Value result = Run(function_index, frame_, 0);
+  Value result;
+  try {
+    result = Run(function_index, frame_, 0);
+  } catch (const Error& e) {
+    // An index out of range on the device is the likelier cause of what
+    // failed after it (sizes read back from wrong data): it is raised instead.
+    if (checks_.any() && e.kind() != ErrorKind::kInterrupted && e.kind() != ErrorKind::kIndex) {
+      try {
+        SyncWith(*devices_[kExecutionSlot]);
+      } catch (const Error&) {
+        checks_.AbandonCall();
+        throw;
+      }
+    }
+    checks_.AbandonCall();
+    throw;
+  } catch (...) {
+    checks_.AbandonCall();
+    throw;
+  }
+  if (std::shared_ptr<const DeviceChecks> checks = checks_.EndCall()) result = WithChecks(std::move(result), checks);
   // What the call queued runs while the caller goes on.
   devices_[kExecutionSlot]->Flush();
   if (profiler_ != nullptr) profiler_->EndCall(counters_);
   return result;
+}
+
+Value VirtualMachine::Impl::WithChecks(Value result, const std::shared_ptr<const DeviceChecks>& checks, int depth) {
+  if (result.kind == Value::Kind::kTensor) {
+    // A copy of the tensor object: the same memory, whatever else (a
+    // constant, an argument passed through) holds the object keeps its own checks.
+    auto t = std::make_shared<TensorObj>(*result.tensor);
+    t->checks = checks;
+    result.tensor = std::move(t);
+  } else if (result.kind == Value::Kind::kTuple && depth < 64) {
+    std::vector<Value> fields;
+    for (const Value& v : *result.tuple) fields.push_back(WithChecks(v, checks, depth + 1));
+    result = Value::Tuple(std::move(fields));
+  }
+  return result;
+}
+
+void VirtualMachine::Impl::InheritChecks(const Value& arg, int depth) {
+  if (arg.kind == Value::Kind::kTensor) {
+    if (arg.tensor->checks) checks_.Inherit(*arg.tensor);
+  } else if (arg.kind == Value::Kind::kTuple && depth < 64) {
+    for (const Value& v : *arg.tuple) InheritChecks(v, depth + 1);
+  }
 }
 
 void VirtualMachine::Impl::CheckArguments(const FunctionDef& fn, std::vector<Value>& args) {
@@ -262,7 +307,9 @@ void VirtualMachine::Impl::CheckArguments(const FunctionDef& fn, std::vector<Val
       }
     }
     if (t.device() != devices_[p.device_slot]) {
-      if (!t.device()->is_host() && !devices_[p.device_slot]->is_host()) {
+      // A tensor on another device than this VM's (a host VM included) is
+      // refused: it is copied only between the host and this VM's device.
+      if (!t.device()->is_host() && t.device() != devices_[kExecutionSlot]) {
         const std::string& mine = devices_[kExecutionSlot]->name();
         Fail(ErrorKind::kValue,
              where() + " is on device '" + t.device()->name() + "', " +

@@ -13,6 +13,7 @@
 
 #include "compiled_shape_func.h"
 #include "idle_tensors.h"
+#include "index_checks.h"
 #include "isa.h"
 #include "shapefn/registry.h"
 #include "shapefn/vm.h"
@@ -63,6 +64,9 @@ class VirtualMachine::Impl {
   // is counted (and profiled) in one place. `op` names the allocation.
   TensorRef Allocate(int slot, const ShapeVec& shape, DLDataType dtype, const char* op);
   void SyncWith(Device& device);
+  // The running call's result, each tensor in it waiting on `checks`.
+  static Value WithChecks(Value result, const std::shared_ptr<const DeviceChecks>& checks, int depth = 0);
+  void InheritChecks(const Value& arg, int depth = 0);
 
   std::shared_ptr<const Executable> exe_;
   // Per function: its decoded instructions (pointing into exe_'s code).
@@ -70,6 +74,7 @@ class VirtualMachine::Impl {
   std::shared_ptr<Device> devices_[kNumDeviceSlots];
   std::shared_ptr<MemoryPool> pools_[kNumDeviceSlots];
   IdleTensors idle_;  // killed tensors, reused whole by Allocate
+  IndexChecks checks_;
   VMOptions options_;
   std::vector<tvm::ffi::Function> kernels_;
   // Per kernel: true for a global function (a user's kernel, maybe written in

@@ -10,6 +10,7 @@ BENCHMARKS = {
     "report": "shapefn.bench.report",
     "relax_vm": "shapefn.bench.relax_vm",
     "kernels": "shapefn.bench.kernels",
+    "index_checks": "shapefn.bench.index_checks",
 }
 
 

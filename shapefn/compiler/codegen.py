@@ -24,7 +24,7 @@ from tvm import relax, tirx
 
 from .. import registry
 from ..builder import Label, Param, ProgramBuilder, Reg
-from . import sources, te_shape_func
+from . import index_checks, sources, te_shape_func
 from .copies import ConstantTable, Copies
 from .placement import ALLOC_TENSOR, HOST, ModulePlacement, Placement, is_prim, is_tensor_const, key
 from .readback_order import KILLS, ReadbackOrder
@@ -72,6 +72,7 @@ class _ModuleCodegen:
         self.constants = ConstantTable(self.program)
         self._host_names: dict[str, str] = {}
         self._carried: set[tuple[str, str]] = set()  # (op, signature) compiled ahead
+        self._checks: dict[str, list[str]] = {}  # PrimFunc name -> what it checks
 
     def run(self) -> GeneratedProgram:
         functions = [(gv, f) for gv, f in self.mod.functions.items() if isinstance(f, relax.Function)]
@@ -95,6 +96,12 @@ class _ModuleCodegen:
         if slot == HOST:
             self.out.host_kernels.add(name)
         return name
+
+    def checks_of(self, func_name: str) -> list[str]:
+        """What PrimFunc ``func_name`` checks (``index_checks.checks_of``)."""
+        if func_name not in self._checks:
+            self._checks[func_name] = index_checks.checks_of(self.mod[func_name])
+        return self._checks[func_name]
 
     def carry_shape_func(self, op_name: str, args) -> None:
         """Compiles the shape function of ``op_name`` ahead for the signature
@@ -449,6 +456,10 @@ class _FunctionCodegen:
             else:
                 raise CodegenError(f"kernel '{name}' argument {type(a).__name__} is not supported")
         if prim_func:
+            whats = self.module.checks_of(name)
+            if whats:  # its check record and site follow its own arguments (index_checks.materialize)
+                regs.append(self.fb.check_record(slot))
+                regs.append(self.fb.load_int(self.module.program.check_sites(self.fb.source, whats)))
             name = self.module.kernel_name(name, slot)
         self.fb.invoke_kernel(self.module.program.kernel(name), regs)
 

@@ -17,7 +17,17 @@ import tvm
 
 from ..executable import Executable
 from ..progress import QUIET, Progress
-from . import codegen, cuda_fatbin, host_params, kernel_cache, placement, readback_order, target_schedule
+from . import (
+    codegen,
+    cuda_fatbin,
+    host_params,
+    index_checks,
+    interrupts,
+    kernel_cache,
+    placement,
+    readback_order,
+    target_schedule,
+)
 from .lower_dynamic import lower_dynamic_ops
 from .relax_passes import lower
 
@@ -73,7 +83,7 @@ def compile(mod: tvm.IRModule, device: str = "sim", *, target=None,  # noqa: A00
         cuda_archs = cuda_fatbin.architectures(tvm_target, cuda_archs)  # (a bad name fails before the compile)
     elif cuda_archs is not None:
         raise ValueError(f"cuda_archs is for CUDA builds; this one is for {tvm_target.kind.name}")
-    with gc_paused():
+    with interrupts.kept(), gc_paused():
         generated, scheduled = _generate(mod, device, tvm_target, report)
         with report.phase("building kernels"):
             library, library_path = build_kernels(scheduled, tvm_target, report, cuda_archs)  # via the kernel cache
@@ -118,7 +128,12 @@ def schedule_kernels(mod: tvm.IRModule, generated: codegen.GeneratedProgram,
         return None
     kernels = {name: mod[func] for name, func in generated.kernels.items()}
     kernels.update(generated.shape_func_kernels)
-    return target_schedule.schedule(kernels, target, host=generated.host_kernels)
+    scheduled = target_schedule.schedule(kernels, target, host=generated.host_kernels)
+    for gv, func in list(scheduled.module.functions.items()):  # markers -> checks, after any schedule
+        name = gv.name_hint
+        numbered = index_checks.checks_of(kernels[name]) if name in kernels else None  # (what codegen numbered)
+        scheduled.module[gv] = index_checks.materialize(func, name, numbered)
+    return scheduled
 
 
 def build_kernels(scheduled: target_schedule.ScheduledKernels | None, target: tvm.target.Target,

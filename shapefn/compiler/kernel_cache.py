@@ -162,7 +162,7 @@ def _build(mod: tvm.IRModule, target, schedule_version: str, directory: Path,
         return library, path
     if target.kind.name == "llvm":
         objects = _objects({keys[n]: f for n, f in funcs.items()}, target, directory / "objects", progress)
-        _write_atomically(path, lambda temp: _link(objects, keys, temp))
+        _write_library(path, lambda temp: _link(objects, keys, temp))
     else:
         # Device code is a module imported by the host code, which objects
         # cannot carry: the module is compiled whole (and cached as a library).
@@ -172,7 +172,7 @@ def _build(mod: tvm.IRModule, target, schedule_version: str, directory: Path,
             progress.advance()
         if cuda:
             compiled = cuda_fatbin.with_fatbin(compiled, cuda_archs)
-        _write_atomically(path, compiled.export_library)
+        _write_library(path, compiled.export_library)
         if not _loadable(compiled):
             if not all(compiled.implements_function(name, query_imports=True) for name in funcs):
                 raise RuntimeError(f"kernel library {path} was just built but lacks functions of {sorted(funcs)}")
@@ -184,8 +184,11 @@ def _build(mod: tvm.IRModule, target, schedule_version: str, directory: Path,
 
 
 def _load_library(path: Path, funcs) -> object | None:
-    """The library at ``path`` if it loads and has every function, else None."""
-    if not path.exists():
+    """The library at ``path`` if it is whole (its size and SHA-256 those
+    recorded beside it when it was written), loads and has every function,
+    else None. A library is checked before it is mapped: a truncated one
+    would fault the process (SIGBUS) when loaded."""
+    if not path.exists() or not _is_whole(path):
         return None
     try:
         library = libraries.load(path)
@@ -194,6 +197,40 @@ def _load_library(path: Path, funcs) -> object | None:
     if not all(library.implements_function(name, query_imports=True) for name in funcs):
         return None
     return library
+
+
+def _digest_path(library: Path) -> Path:
+    return library.with_name(library.name + ".sha256")
+
+
+def _file_digest(path: Path) -> str:
+    """"<size> <SHA-256>" of the file at ``path``."""
+    data = path.read_bytes()
+    return f"{len(data)} {hashlib.sha256(data).hexdigest()}"
+
+
+def _write_library(path: Path, write) -> None:
+    """Writes a library with ``write(temp_name)``, then its digest beside it
+    (both renamed into place): a library without its digest, or one that
+    does not match it, is rebuilt."""
+    _write_atomically(path, write)
+    digest = _file_digest(path)
+    _write_atomically(_digest_path(path), lambda temp: Path(temp).write_text(digest))
+
+
+def _is_whole(path: Path) -> bool:
+    """Whether the library at ``path`` is the one its digest names; one that
+    is not is removed (entries are renamed into place whole, so it is no
+    write in progress: it was truncated or overwritten)."""
+    try:
+        whole = _digest_path(path).read_text() == _file_digest(path)
+    except OSError:
+        return False
+    if not whole:
+        for stale in (path, _digest_path(path)):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+    return whole
 
 
 def _build_whole(funcs: dict, target):

@@ -19,9 +19,9 @@ import functools
 import tvm
 from tvm import ir, relax, te, tirx, topi
 
-from .kernels import cpu_conv, cpu_dense, cpu_depthwise, cpu_roi_align, dynamic, resize, scan
+from .kernels import cpu_conv, cpu_dense, cpu_depthwise, cpu_roi_align, dynamic, gather, resize, scan
 from .kernels.concat import sequential_concat
-from .kernels.scatter import SCATTER_REDUCTIONS, scatter_elements
+from .kernels.scatter import SCATTER_REDUCTIONS, scatter_elements, scatter_nd
 from .placement import is_tensor_const
 from .target_schedule import host_cpu_features, kernel_form
 
@@ -48,6 +48,7 @@ def legalize_map(gpu: bool = False) -> dict:
     return {"relax.broadcast_to": legalize_broadcast_to, "relax.image.resize2d": legalize_resize2d,
             "relax.concat": functools.partial(legalize_concat, gpu=gpu),
             "relax.scatter_elements": functools.partial(legalize_scatter_elements, gpu=gpu),
+            "relax.scatter_nd": functools.partial(legalize_scatter_nd, gpu=gpu),
             "relax.topk": functools.partial(legalize_topk, gpu=gpu),
             "relax.cumsum": functools.partial(legalize_cumulative, op="sum", gpu=gpu),
             "relax.cumprod": functools.partial(legalize_cumulative, op="prod", gpu=gpu),
@@ -55,6 +56,8 @@ def legalize_map(gpu: bool = False) -> dict:
             "relax.maximum": functools.partial(legalize_extremum, op="max"),
             "relax.minimum": functools.partial(legalize_extremum, op="min"),
             "relax.max": functools.partial(legalize_reduction, op="max"),
+            "relax.argmax": functools.partial(legalize_arg_extreme, op="max"),
+            "relax.argmin": functools.partial(legalize_arg_extreme, op="min"),
             "relax.min": functools.partial(legalize_reduction, op="min"),
             "relax.mean": functools.partial(legalize_reduction, op="mean"),
             "relax.take": legalize_take, "relax.gather_nd": legalize_gather_nd,
@@ -208,51 +211,27 @@ def legalize_reshape(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
 
 
 def legalize_take(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """``relax.take`` that never reads outside its data."""
-    mode = "clip" if str(call.attrs.mode) == "fast" else str(call.attrs.mode)
-    return bb.call_te(topi.take, call.args[0], call.args[1], call.attrs.axis, mode=mode, primfunc_name_hint="take",
+    """``relax.take`` with every index checked (``kernels/gather.py``):
+    ``mode="fast"``, which the importer's Gather and shapefn's converters
+    use, as ONNX's Gather defines; "clip" and "wrap" as TVM's."""
+    if str(call.attrs.mode) != "fast":
+        return bb.call_te(topi.take, call.args[0], call.args[1], call.attrs.axis, mode=str(call.attrs.mode),
+                          primfunc_name_hint="take", primfunc_attrs=_GATHER)
+    axis = None if call.attrs.axis is None else int(call.attrs.axis)
+    return bb.call_te(gather.take, call.args[0], call.args[1], axis, primfunc_name_hint="take",
                       primfunc_attrs=_GATHER)
 
 
 def legalize_gather_nd(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """``relax.gather_nd`` that never reads outside its data."""
-    batch_dims = int(call.attrs.batch_dims)
-
-    def gather_nd(data, indices):
-        depth = indices.shape[-1]
-        if not isinstance(depth, tirx.IntImm):
-            raise ValueError(f"gather_nd: the index tuples' length {depth} must be known")
-        coords = topi.transpose(indices, [len(indices.shape) - 1, *range(len(indices.shape) - 1)])
-
-        def clamped(k, *rest):
-            high = data.shape[batch_dims]
-            for j in range(1, depth.value):
-                high = tirx.if_then_else(k == j, data.shape[batch_dims + j], high)
-            return _clamp(coords(k, *rest), high, coords.dtype)
-
-        return topi.gather_nd(data, te.compute(coords.shape, clamped, name="coords"), batch_dims)
-
-    return bb.call_te(gather_nd, call.args[0], call.args[1], primfunc_name_hint="gather_nd", primfunc_attrs=_GATHER)
+    """``relax.gather_nd`` with every index checked (``kernels/gather.py``)."""
+    return bb.call_te(gather.gather_nd, call.args[0], call.args[1], int(call.attrs.batch_dims),
+                      primfunc_name_hint="gather_nd", primfunc_attrs=_GATHER)
 
 
 def legalize_gather_elements(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """``relax.gather_elements`` that never reads outside its data."""
-    axis = int(call.attrs.axis)
-
-    def gather(data, indices):
-        high = data.shape[axis % len(data.shape)]
-        clamped = te.compute(indices.shape, lambda *i: _clamp(indices(*i), high, indices.dtype),
-                             name="clamped")
-        return topi.gather(data, axis, clamped)
-
-    return bb.call_te(gather, call.args[0], call.args[1], primfunc_name_hint="gather_elements",
-                      primfunc_attrs=_GATHER)
-
-
-def _clamp(index, extent, dtype: str):
-    """``index`` (of ``dtype``) within ``[0, extent)`` (0 when the extent is)."""
-    extent = tirx.Cast(dtype, extent)
-    return tirx.max(tirx.min(index, extent - tirx.const(1, dtype)), tirx.const(0, dtype))
+    """``relax.gather_elements`` with every index checked (``kernels/gather.py``)."""
+    return bb.call_te(gather.gather_elements, call.args[0], call.args[1], int(call.attrs.axis),
+                      primfunc_name_hint="gather_elements", primfunc_attrs=_GATHER)
 
 
 # What a reduction over nothing gives, as onnxruntime has it (ReduceMax of an
@@ -298,26 +277,61 @@ def legalize_reduction(bb: relax.BlockBuilder, call: relax.Call, op: str) -> rel
 
 
 def _extreme(x: te.Tensor, axes: list, keepdims: bool, op: str):
-    """The max (or min) of ``x`` over ``axes``. Floats are compared as
-    integers that sort as they do (the sign bit kept, the other bits of a
-    negative one flipped), because TVM's float max starts from the lowest
-    finite value: over a row of -inf (a fully masked attention row) it gives
-    that value, not -inf. The integer reduction is one TVM's GPU rules
-    schedule like any other."""
+    """The max (or min) of ``x`` over ``axes``, NaN wherever one is there
+    (numpy's and ONNX's reference's rule). Floats are compared as integers
+    that sort as they do (``_order_keys``), because TVM's float max starts
+    from the lowest finite value: over a row of -inf (a fully masked
+    attention row) it gives that value, not -inf. The integer reduction is
+    one TVM's GPU rules schedule like any other."""
     reduce = topi.max if op == "max" else topi.min
     dtype = str(x.dtype)
     if "float" not in dtype:
         return reduce(x, axes, keepdims)
+    best = reduce(_order_keys(x, nan_first=op), axes, keepdims)
+    return te.compute(best.shape, lambda *i: _key_value(best(*i), dtype), name=op)
+
+
+def legalize_arg_extreme(bb: relax.BlockBuilder, call: relax.Call, op: str) -> relax.Expr:
+    """``relax.argmax`` / ``argmin`` of floats: the first NaN wherever one is
+    there (numpy's and ONNX's reference's rule), else the first extreme;
+    the same integer keys as ``_extreme``."""
+    data = call.args[0]
+    if "float" not in str(data.ty.dtype) or data.ty.shape is None:
+        return _default_legalization(bb, call)
+    axis = None if call.attrs.axis is None else int(call.attrs.axis)
+    reduce = topi.argmax if op == "max" else topi.argmin
+
+    def arg_extreme(x):
+        return reduce(_order_keys(x, nan_first=op), axis, bool(call.attrs.keepdims))
+
+    return bb.call_te(arg_extreme, data, primfunc_name_hint=f"arg{op}")
+
+
+def _order_keys(x: te.Tensor, nan_first: str) -> te.Tensor:
+    """Each float of ``x`` as an integer of its width that sorts as the
+    floats do (the sign bit kept, the other bits of a negative one flipped),
+    NaN as the integer that the reduction ``nan_first`` ("max" or "min")
+    picks before any other."""
+    dtype = str(x.dtype)
     bits = tvm.DataType(dtype).bits
     itype = f"int{bits}"
-    magnitude = tirx.const((1 << (bits - 1)) - 1, itype)
+    nan_key = tirx.max_value(itype) if nan_first == "max" else tirx.min_value(itype)
 
-    def flipped(word):  # (its own inverse: the sign bit is kept)
-        return word ^ ((word >> tirx.const(bits - 1, itype)) & magnitude)
+    def key(*i):
+        return tirx.if_then_else(tirx.isnan(x(*i)), nan_key, _flipped(tirx.reinterpret(itype, x(*i)), bits))
 
-    keys = te.compute(x.shape, lambda *i: flipped(tirx.reinterpret(itype, x(*i))), name="order_key")
-    best = reduce(keys, axes, keepdims)
-    return te.compute(best.shape, lambda *i: tirx.reinterpret(dtype, flipped(best(*i))), name=op)
+    return te.compute(x.shape, key, name="order_key")
+
+
+def _flipped(word, bits: int):
+    """``_order_keys``' map of a float's bits, its own inverse (the sign bit is kept)."""
+    itype = f"int{bits}"
+    return word ^ ((word >> tirx.const(bits - 1, itype)) & tirx.const((1 << (bits - 1)) - 1, itype))
+
+
+def _key_value(key, dtype: str):
+    """The float an ``_order_keys`` key stands for (a NaN's: a NaN)."""
+    return tirx.reinterpret(dtype, _flipped(key, tvm.DataType(dtype).bits))
 
 
 def legalize_relu(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
@@ -465,6 +479,22 @@ def legalize_scatter_elements(bb: relax.BlockBuilder, call: relax.Call, gpu: boo
     kernel = kernel_form(scatter_elements, gpu)(ndim, int(call.attrs.axis) % ndim, str(call.attrs.reduction),
                                                 str(data.ty.dtype), str(indices.ty.dtype))
     return relax.call_tir(bb.add_func(kernel, "scatter_elements"), [data, indices, updates], call.ty)
+
+
+def legalize_scatter_nd(bb: relax.BlockBuilder, call: relax.Call, gpu: bool = False) -> relax.Expr:
+    """``relax.scatter_nd`` through ``scatter_nd``, every coordinate checked,
+    when the ranks, dtypes and the index tuples' length are known; TVM's
+    legalization otherwise."""
+    data, indices, updates = call.args
+    known = [getattr(t.ty, "ndim", -1) >= 1 and t.ty.dtype is not None for t in (data, indices, updates)]
+    shape = getattr(indices.ty, "shape", None)
+    reduction = str(call.attrs.reduction)
+    if not all(known) or shape is None or not isinstance(shape.values[-1], tirx.IntImm) \
+            or (reduction != "update" and reduction not in SCATTER_REDUCTIONS):
+        return _default_legalization(bb, call)
+    kernel = kernel_form(scatter_nd, gpu)(data.ty.ndim, indices.ty.ndim, int(shape.values[-1]), reduction,
+                                          str(data.ty.dtype), str(indices.ty.dtype))
+    return relax.call_tir(bb.add_func(kernel, "scatter_nd"), [data, indices, updates], call.ty)
 
 
 def legalize_resize2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:

@@ -20,7 +20,7 @@ from google.protobuf.message import DecodeError
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 
-from ..compiler import te_params
+from ..compiler import interrupts, te_params
 from ..compiler.placement import key
 from ..compiler.sources import name_after_sources
 from ..errors import InvalidOnnxModel, UnsupportedOnnxOp
@@ -28,6 +28,7 @@ from . import (  # noqa: F401  (they register their converters)
     onnx_converters,
     onnx_detection,
     onnx_grid,
+    onnx_indexing,
     onnx_layers,
     onnx_losses,
     onnx_math,
@@ -528,7 +529,13 @@ def from_onnx(model, shape_dict: dict | None = None, sequence_lengths: dict | No
     converting anything, ``UnsupportedOnnxOp`` listing every operator that
     cannot be imported and the nodes using it, and ``InvalidOnnxModel`` for a
     malformed model (``onnx.checker``, ONNX's shape inference as onnxruntime
-    runs it) or a file that is not one."""
+    runs it) or a file that is not one. Ctrl-C raises ``KeyboardInterrupt``
+    (``compiler/interrupts.py``)."""
+    with interrupts.kept():
+        return _imported(model, shape_dict, sequence_lengths)
+
+
+def _imported(model, shape_dict: dict | None, sequence_lengths: dict | None) -> tvm.IRModule:
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         try:

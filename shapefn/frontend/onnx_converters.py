@@ -400,17 +400,6 @@ def unsqueeze(importer, inputs, attrs, opset):
     return tvm_converter(importer, "Unsqueeze", [data, relax.const(axes.reshape(1), "int64")], attrs, opset)
 
 
-@converter("Slice", takes_scalars=True)
-def slice_(importer, inputs, attrs, opset):
-    """Slice before opset 10, whose bounds are attributes (TVM's converter
-    reads them from inputs only), as opset 13's."""
-    if opset >= 10:
-        return NotImplemented
-    bounds = [attrs["starts"], attrs["ends"], attrs.get("axes")]
-    constants = [relax.const(np.array(list(v), np.int64), "int64") if v is not None else None for v in bounds]
-    return tvm_converter(importer, "Slice", [inputs[0], *constants, None], {"tvm_custom": attrs["tvm_custom"]}, 13)
-
-
 @converter("Concat", takes_scalars=True)
 def concat(importer, inputs, attrs, opset):
     """Concat where shape values (kept by TVM as shapes or scalars) meet

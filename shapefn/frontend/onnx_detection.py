@@ -1,15 +1,16 @@
 """shapefn's ONNX converters for the post-processing operators of
 detection models where TVM's converter gives another result than ONNX
-defines: RoiAlign's half-pixel shift, GatherND's result rank, NonZero of a
-scalar, and NonMaxSuppression with its limits given at run time.
+defines: RoiAlign's half-pixel shift and batch indices (checked against
+the batch), NonZero of a scalar, and NonMaxSuppression with its limits
+given at run time.
 Registered in ``onnx_converters.CONVERTERS`` when imported (``onnx.py``
 imports this module)."""
 from __future__ import annotations
 
 import numpy as np
-import tvm
 from tvm import relax
 
+from ..compiler import index_checks
 from .onnx_converters import _absent, as_tensor, converter, str_attr, tvm_converter
 
 
@@ -21,26 +22,19 @@ def roi_align(importer, inputs, attrs, opset):
     them, off by ``0.5 * (1 - spatial_scale)`` map pixels."""
     default = "half_pixel" if opset >= 16 else "output_half_pixel"
     scale = float(attrs.get("spatial_scale", 1.0))
+    bb = importer.bb
+    if len(inputs) == 3 and isinstance(inputs[0].ty, relax.TensorType) and inputs[0].ty.shape is not None:
+        # Each RoI's batch index within [0, N) (TVM's kernel reads the map at it unchecked).
+        batch = inputs[0].ty.shape.values[0]
+        checked = bb.emit_te(index_checks.checked_tensor, as_tensor(bb, inputs[2]), batch, "batch index",
+                             False, primfunc_name_hint="roi_batch_indices")
+        inputs = [inputs[0], inputs[1], bb.normalize(relax.op.astype(checked, str(inputs[2].ty.dtype)))]
     if str_attr(attrs.get("coordinate_transformation_mode"), default) == "half_pixel" and scale not in (0.0, 1.0) \
             and len(inputs) == 3:
-        bb = importer.bb
         rois = as_tensor(bb, inputs[1])
         shift = relax.const(0.5 - 0.5 / scale, str(rois.ty.dtype))
         inputs = [inputs[0], bb.normalize(relax.op.add(rois, shift)), inputs[2]]
     return tvm_converter(importer, "RoiAlign", inputs, attrs, opset)
-
-
-@converter("GatherND")
-def gather_nd(importer, inputs, attrs, opset):
-    """GatherND whose index tuples' length (the last size of indices) is
-    known: it decides the result's rank. Otherwise refused (TVM fails while
-    compiling, naming nothing: found by fuzzing)."""
-    indices = inputs[1]
-    shape = getattr(indices.ty, "shape", None)
-    if shape is not None and not isinstance(shape.values[-1], tvm.tirx.IntImm):
-        raise ValueError(f"the length of its index tuples (the last size of indices, {shape.values[-1]}) must be "
-                         "known when it is imported")
-    return NotImplemented
 
 
 @converter("NonZero")

@@ -4,8 +4,9 @@
 
 ReverseSequence, TensorScatter and Col2Im are one TE kernel each that reads
 its indices from the runtime values (sequence lengths, write indices) and
-guards every read, so that lengths and indices out of range read nothing
-outside the tensors; Col2Im's ``image_shape`` and ``block_shape`` may be
+guards every read; a sequence length outside ``[0, steps]`` or a linear
+write index that puts the update past the cache is an error the kernel
+reports (``compiler/index_checks.py``); Col2Im's ``image_shape`` and ``block_shape`` may be
 given at run time too. Det is Gaussian elimination with partial pivoting,
 unrolled over the (static) matrix size in Relax ops. Registered in
 ``onnx_converters.CONVERTERS`` when imported (``onnx.py`` imports this module)."""
@@ -16,6 +17,7 @@ import functools
 import numpy as np
 from tvm import relax, sym, te, tirx
 
+from ..compiler.index_checks import checked
 from ..compiler.shape_calls import emit_shape, fresh_dims
 from ..errors import UnsupportedOnnxOp
 from .onnx_converters import _absent, _shape_values, as_tensor, converter, ndim_of, str_attr
@@ -40,15 +42,24 @@ def _all(conditions):
     return functools.reduce(tirx.And, conditions, tirx.const(True, "bool"))
 
 
+def _at(vector: te.Tensor, i):
+    """``vector[i]`` as int64, read at ``i`` clamped into the vector (its
+    callers use it only for ``i`` inside): a checked index is read
+    unconditionally (``index_checks.materialize``)."""
+    top = tirx.max(vector.shape[0] - 1, tirx.const(0, "int64"))
+    return vector[tirx.min(i, top)].astype("int64")
+
+
 # ---- ReverseSequence ----------------------------------------------------------------------
 def _reverse_sequence(x: te.Tensor, lens: te.Tensor, batch_axis: int, time_axis: int) -> te.Tensor:
     steps = x.shape[time_axis]
 
     def element(*i):
         b, t = i[batch_axis], i[time_axis]
-        # (a length beyond the axis reverses all of it, as ONNX's reference
-        # slices; a batch entry without a length is left as it is)
-        given = tirx.if_then_else(b < lens.shape[0], lens[b].astype("int64"), tirx.const(0, "int64"))
+        # (a length outside [0, steps] is an error, as onnxruntime has it;
+        # a batch entry without a length is left as it is)
+        given = tirx.if_then_else(b < lens.shape[0], checked(_at(lens, b), 0, steps + 1, "sequence length"),
+                                  tirx.const(0, "int64"))
         length = tirx.max(tirx.min(given, steps), tirx.const(0, "int64"))
         index = list(i)
         index[time_axis] = tirx.Select(t < length, length - 1 - t, t)
@@ -83,12 +94,17 @@ def _tensor_scatter(past: te.Tensor, update: te.Tensor, writes: te.Tensor | None
     less the batch entry's write index (modulo the cache length,
     ``circular``) and within the update, the past cache elsewhere."""
     length = past.shape[axis]
+    # Linear: the update lies within the cache (ONNX's reference fails on an index past it).
+    last = length - update.shape[axis]
 
     def element(*i):
         s = i[axis]
         start = tirx.const(0, "int64")
         if writes is not None:
-            start = tirx.if_then_else(i[0] < writes.shape[0], writes[i[0]].astype("int64"), start)
+            given = _at(writes, i[0])
+            if not circular:
+                given = checked(given, 0, last + 1, "write index")
+            start = tirx.if_then_else(i[0] < writes.shape[0], given, start)
         j = s - start
         if circular:
             j = tirx.floormod(j, tirx.max(length, tirx.const(1, "int64")))
@@ -104,8 +120,9 @@ def _tensor_scatter(past: te.Tensor, update: te.Tensor, writes: te.Tensor | None
 @converter("TensorScatter")
 def tensor_scatter(importer, inputs, attrs, opset):
     """``update`` written into ``past_cache`` along ``axis`` from each batch
-    entry's ``write_indices`` (0 if absent), linearly or circularly; writes
-    beyond the cache (linear) are dropped."""
+    entry's ``write_indices`` (0 if absent), linearly (each index within
+    ``[0, cache length - update length]``, else an ``IndexError``) or
+    circularly."""
     bb = importer.bb
     past, update = as_tensor(bb, inputs[0]), as_tensor(bb, inputs[1])
     writes = inputs[2] if len(inputs) > 2 and not _absent(importer, inputs[2]) else None

@@ -28,7 +28,7 @@ import tvm_ffi
 from tvm import relax, s_tir, tirx
 from tvm.relax.pipeline import BackendDispatcher
 
-from ..compiler import target_schedule, te_params
+from ..compiler import index_checks, target_schedule, te_params
 from ..compiler.fusion_repairs import deduplicated_kernels
 from ..compiler.legalize import legalize_map
 from ..compiler.lower_dynamic import lower_dynamic_ops
@@ -37,7 +37,8 @@ from ..compiler.shape_calls import SHAPE_FUNC, VIEW
 from .host_shapes import PlaceShapeArithmeticOnHost, StorageInScope, StorageOnItsDevice
 from .read_counts import ReadCountsTogether
 
-__all__ = ["pipeline", "runnable", "DeduplicateKernels", "ExportKernelsUnderTheirNames", "LowerDataDependentOps",
+__all__ = ["pipeline", "runnable", "DeduplicateKernels", "ExportKernelsUnderTheirNames", "IndicesClamped",
+           "LowerDataDependentOps",
            "PlaceShapeArithmeticOnHost", "ReadCountsTogether", "ScheduleShapefnKernels", "WithoutSizeLimits"]
 
 SHAPE_FUNC_PER_OP = "shapefn.shape_func_per_op"
@@ -62,6 +63,7 @@ def pipeline(target, dependence: str = "per-input") -> tvm.transform.Pass:
         # sizes (broadcast from a runtime 1, resize, concat, scatter); TVM's
         # LegalizeOps then legalizes the rest.
         relax.transform.LegalizeOps(customize_legalize_map=legalize_map(gpu)),
+        IndicesClamped,
         ExportKernelsUnderTheirNames,
         *([ScheduleShapefnKernels(target)] if gpu else []),
         *dispatch(target),
@@ -223,6 +225,16 @@ class ScheduleShapefnKernels:
 
 def _is_scheduled(func: tirx.PrimFunc) -> bool:
     return func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False))
+
+
+@tvm.transform.module_pass(opt_level=0, name="shapefn.IndicesClamped")
+def IndicesClamped(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - a pass
+    """Each index a kernel reads from data clamped into range
+    (``index_checks.without_checks``): TVM's VM has no check records, so
+    an index out of range is not reported there (docs/relax_vm.md)."""
+    functions = {gv: index_checks.without_checks(f) if isinstance(f, tirx.PrimFunc) else f
+                 for gv, f in mod.functions.items()}
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
 @tvm.transform.module_pass(opt_level=0, name="shapefn.DeduplicateKernels")

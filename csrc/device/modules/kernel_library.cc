@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "digest.h"
 #include "shapefn/error.h"
 
 namespace shapefn {
@@ -20,14 +21,24 @@ bool TvmRuntimeLoaded() {
 
 }  // namespace
 
-KernelLibrary LoadKernelLibrary(const std::string& executable_path, const std::string& library_name,
-                                const std::vector<std::string>& kernel_names) {
+KernelLibrary LoadKernelLibrary(const std::string& executable_path, const Executable& exe) {
+  const std::string& library_name = exe.kernel_library();
   namespace fs = std::filesystem;
   // Absolute: dlopen searches the library path for a name without a slash.
   const std::string path = fs::absolute(fs::path(executable_path).parent_path() / library_name).string();
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) {
     Fail(ErrorKind::kNotFound, "kernel library '" + path + "' of executable '" + executable_path + "' is missing");
+  }
+  const LibraryDigest found = FileDigest(path);
+  const LibraryDigest& saved = exe.kernel_library_digest();
+  if (!(found == saved)) {
+    Fail(ErrorKind::kValue,
+         "kernel library '" + path + "' is not the one executable '" + executable_path + "' was saved with (" +
+             (found.size != saved.size ? "it has " + std::to_string(found.size) + " bytes, the executable's had " +
+                                             std::to_string(saved.size)
+                                       : std::string("same size, other contents")) +
+             "): save the executable again, or put its own library beside it");
   }
   if (!TvmRuntimeLoaded()) {
     Fail(ErrorKind::kRuntime, "cannot load kernel library '" + path +
@@ -41,7 +52,7 @@ KernelLibrary LoadKernelLibrary(const std::string& executable_path, const std::s
     FailFromCaught(ErrorKind::kRuntime, "cannot load kernel library '" + path + "': " + e.kind() + ": " + e.message());
   }
   KernelLibrary library{path, *module, {}};
-  for (const std::string& name : kernel_names) {
+  for (const std::string& name : exe.kernels()) {
     tvm::ffi::Optional<tvm::ffi::Function> fn = library.module->GetFunction(name);
     if (fn.has_value()) library.kernels.emplace(name, *fn);
   }

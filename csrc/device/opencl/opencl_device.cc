@@ -39,6 +39,10 @@ class OpenCLDevice final : public Device {
     opencl::Runtime::Global().Sync(index_);
     RecordSync();
   }
+  void ReadCheckWords(int64_t* host_dst, const void* src, size_t n) override {
+    opencl::Runtime::Global().ReadNow(host_dst, src, n);
+  }
+  void ClearCheckWords(void* dst, size_t n) override { opencl::Runtime::Global().ZeroNow(dst, n); }
   void Flush() override { opencl::Runtime::Global().Flush(index_); }
   std::unique_ptr<DeviceTiming> StartTiming() override { return std::make_unique<opencl::EventRecorder>(index_); }
 

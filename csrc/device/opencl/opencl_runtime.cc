@@ -407,6 +407,22 @@ void Runtime::CopyWithin(void* device_dst, const void* device_src, size_t nbytes
   d.counts.d2d_bytes += static_cast<int64_t>(nbytes);
 }
 
+void Runtime::ReadNow(void* host_dst, const void* device_src, size_t nbytes) {
+  Region r = Resolve(device_src);
+  CheckRoom(r, nbytes, "a read of check words");
+  Check(api_->clEnqueueReadBuffer(queue(r.device), r.mem, CL_TRUE, r.offset, nbytes, host_dst, 0, nullptr, nullptr),
+        OpenCLDeviceName(r.device) + ": a read of " + std::to_string(nbytes) + " bytes of check words");
+}
+
+void Runtime::ZeroNow(void* device_dst, size_t nbytes) {
+  Region r = Resolve(device_dst);
+  CheckRoom(r, nbytes, "a zero fill of check words");
+  std::vector<uint8_t> zeros(nbytes, 0);
+  Check(
+      api_->clEnqueueWriteBuffer(queue(r.device), r.mem, CL_TRUE, r.offset, nbytes, zeros.data(), 0, nullptr, nullptr),
+      OpenCLDeviceName(r.device) + ": a zero fill of " + std::to_string(nbytes) + " bytes of check words");
+}
+
 void Runtime::Sync(int device) {
   Device& d = state(device);
   Check(api_->clFinish(queue(device)), OpenCLDeviceName(device) + ": waiting for the device (clFinish)");

@@ -76,6 +76,10 @@ class Runtime {
   void Write(void* device_dst, const void* host_src, size_t nbytes);
   void Read(void* host_dst, const void* device_src, size_t nbytes);
   void CopyWithin(void* device_dst, const void* device_src, size_t nbytes);
+  // A read, and a zero fill, that complete before they return and are not
+  // counted: of the few words of an index-check record, on an idle queue.
+  void ReadNow(void* host_dst, const void* device_src, size_t nbytes);
+  void ZeroNow(void* device_dst, size_t nbytes);
   // The host waits for everything queued on the device.
   void Sync(int device);
   // Submits what is queued on the device (clFlush), without waiting.

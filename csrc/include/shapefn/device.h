@@ -40,6 +40,13 @@ class Device {
   virtual double CopyFromHost(void* dst, const void* host_src, size_t nbytes) = 0;
   // The host waits for all work queued on the device.
   virtual void Sync() = 0;
+  // The words of an index-check record (the VM's check_record), read or
+  // zeroed by the host after the device has synced, with no kernel using
+  // them. Neither counts as a copy: the host and sim read and write their
+  // memory in place (the default); OpenCL and TVM devices make a blocking
+  // transfer of the few bytes on their idle queue.
+  virtual void ReadCheckWords(int64_t* host_dst, const void* src, size_t nbytes);
+  virtual void ClearCheckWords(void* dst, size_t nbytes);
   // Starts work queued on the device without waiting for it (OpenCL may
   // hold enqueued commands until then). The VM calls it when a call ends.
   virtual void Flush() {}

@@ -78,6 +78,23 @@ struct CarriedShapeFunc {
   std::vector<Build> builds;
 };
 
+// Where a checked kernel reads an index from data (docs/index_checks.md):
+// the node it was generated for and what it reads. A kernel that finds an
+// index out of range writes the site's number into its call's check record,
+// and the VM raises with both.
+struct CheckSite {
+  std::string source;  // "ONNX node 'g' (Gather)", or ""
+  std::string what;    // "take: index along axis 1"
+};
+
+// The kernel library a saved executable was written with: a library of
+// another size or digest beside it is refused before it is loaded.
+struct LibraryDigest {
+  uint64_t size = 0;
+  uint64_t fnv1a = 0;  // FNV-1a 64 of the file's bytes
+  bool operator==(const LibraryDigest& other) const { return size == other.size && fnv1a == other.fnv1a; }
+};
+
 // What an executable is made of, as the Python builder or a file gives it.
 struct ExecutableParts {
   std::vector<FunctionDef> functions;
@@ -85,7 +102,9 @@ struct ExecutableParts {
   std::vector<std::string> kernels;  // kernel names, resolved when a VM is created
   std::vector<ShapeFuncUse> shape_funcs;
   std::vector<CarriedShapeFunc> carried_shape_funcs;
-  std::string kernel_library;  // file beside the executable, "" if none
+  std::string kernel_library;           // file beside the executable, "" if none
+  LibraryDigest kernel_library_digest;  // set when the executable is saved with its library
+  std::vector<CheckSite> check_sites;
   // The CPU features (LLVM's names) the library's host code may use: a VM
   // refuses to run the executable on a CPU that lacks one.
   std::vector<std::string> host_cpu_features;
@@ -100,7 +119,7 @@ struct ExecutableParts {
 // name of its kernel library (checked again when a saved file is loaded).
 class Executable {
  public:
-  static constexpr uint32_t kFormatVersion = 6;
+  static constexpr uint32_t kFormatVersion = 7;
 
   // Throws Error(kFormat) naming the first problem.
   explicit Executable(ExecutableParts parts);
@@ -117,9 +136,14 @@ class Executable {
   // The carried shape function of shape_funcs()[index], or null.
   const CarriedShapeFunc* CarriedShapeFuncOf(size_t index) const;
   const std::string& kernel_library() const { return parts_.kernel_library; }
+  const LibraryDigest& kernel_library_digest() const { return parts_.kernel_library_digest; }
+  const std::vector<CheckSite>& check_sites() const { return parts_.check_sites; }
   const std::vector<std::string>& host_cpu_features() const { return parts_.host_cpu_features; }
   const std::string& device_code() const { return parts_.device_code; }
-  void set_kernel_library(std::string name) { parts_.kernel_library = std::move(name); }
+  void set_kernel_library(std::string name, LibraryDigest digest) {
+    parts_.kernel_library = std::move(name);
+    parts_.kernel_library_digest = digest;
+  }
 
   int FunctionIndex(const std::string& name) const;  // throws Error(kKey)
   // One line per instruction; `operand_names` writes each operand as name=value.

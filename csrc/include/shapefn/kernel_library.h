@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "shapefn/executable.h"
+
 namespace shapefn {
 
 struct KernelLibrary {
@@ -20,12 +22,14 @@ struct KernelLibrary {
   std::map<std::string, tvm::ffi::Function> kernels;
 };
 
-// Loads `library_name`, a file in the directory of the executable at
-// `executable_path`, and looks up `kernel_names` in it. Throws
-// Error(kNotFound) when the file is missing, Error(kRuntime) when TVM's
-// runtime (which compiled kernels call) is not loaded in this process or the
-// library does not load.
-KernelLibrary LoadKernelLibrary(const std::string& executable_path, const std::string& library_name,
-                                const std::vector<std::string>& kernel_names);
+// Loads `exe`'s kernel library, the file it names in the directory of the
+// executable at `executable_path`, and looks up its kernels there. The file
+// is read whole and its size and digest compared with the ones `exe`
+// recorded when it was saved before anything maps it: a truncated library,
+// or another executable's, is refused. Throws Error(kNotFound) when the file
+// is missing, Error(kValue) when it is not the library `exe` was saved with,
+// Error(kRuntime) when TVM's runtime (which compiled kernels call) is not
+// loaded in this process or the library does not load.
+KernelLibrary LoadKernelLibrary(const std::string& executable_path, const Executable& exe);
 
 }  // namespace shapefn

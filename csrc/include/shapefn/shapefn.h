@@ -65,14 +65,15 @@ struct Program {
 // The program of an executable already read from `path`: loads its kernel
 // library (the file it names, beside it). A CUDA build loads TVM's CUDA
 // runtime first (LoadCudaRuntime), whose module loader reads its device code.
-// Throws Error(kNotFound) when the library is missing and Error(kRuntime)
-// when it cannot be loaded (kernel_library.h).
+// Throws Error(kNotFound) when the library is missing, Error(kValue) when it
+// is not the one the executable was saved with and Error(kRuntime) when it
+// cannot be loaded (kernel_library.h).
 inline Program LoadProgram(std::shared_ptr<const Executable> exe, const std::string& path) {
   Program program;
   program.executable = exe;
   if (exe->kernel_library().empty()) return program;
   if (exe->device_code() == "cuda") LoadCudaRuntime();
-  KernelLibrary library = LoadKernelLibrary(path, exe->kernel_library(), exe->kernels());
+  KernelLibrary library = LoadKernelLibrary(path, *exe);
   program.kernels = std::move(library.kernels);
   program.kernel_library = library.module;
   return program;

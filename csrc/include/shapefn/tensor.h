@@ -81,11 +81,29 @@ struct Storage {
   ~Storage();
 };
 
+// A check of device work that a tensor's values depend on (an index a
+// kernel read from data was in range) whose outcome the host has not read
+// yet: the device writes it, the host can read it once the device has
+// synced. Reading the tensor to the host verifies its checks first.
+class DeviceCheck {
+ public:
+  virtual ~DeviceCheck() = default;
+  // The device whose work is checked.
+  virtual const Device& device() const = 0;
+  // Called once the device has synced: throws Error(kIndex) naming the node,
+  // the index and its bounds when the check failed.
+  virtual void Verify() = 0;
+};
+using DeviceChecks = std::vector<std::shared_ptr<DeviceCheck>>;
+
 struct TensorObj {
   std::shared_ptr<Storage> storage;
   size_t byte_offset = 0;
   ShapeVec shape;
   DLDataType dtype{};
+  // The checks its values wait on (null for none: results of calls that
+  // synced after their last checked kernel, inputs, constants).
+  std::shared_ptr<const DeviceChecks> checks;
 
   const std::shared_ptr<Device>& device() const { return storage->device; }
   void* data() const { return static_cast<char*>(storage->data) + byte_offset; }
@@ -119,7 +137,9 @@ DLDataType DTypeFromString(const std::string& text);
 TensorRef AllocTensor(const std::shared_ptr<MemoryPool>& pool, const ShapeVec& shape, DLDataType dtype);
 // Wraps host memory a caller lends; `release(context)` runs when the VM is done.
 TensorRef WrapHostTensor(const DLTensor& tensor, void (*release)(void*), void* context);
-// Copies a tensor's bytes into host memory (counts on the device's copy engine).
+// Copies a tensor's bytes into host memory (counts on the device's copy
+// engine), then verifies the tensor's checks: throws Error(kIndex) when the
+// work that computed it read an index out of range.
 void CopyTensorToHost(const TensorObj& tensor, void* host_dst);
 
 }  // namespace shapefn

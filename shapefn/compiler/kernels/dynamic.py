@@ -36,6 +36,21 @@ def topk_sizes(ndim: int, axis: int) -> tuple:
     return axis, in_shape, out_shape, in_shape[axis], out_shape[axis]
 
 
+def topk_order(largest: bool, av, ai, bv, bi):
+    """Whether (value ``av``, index ``ai``) comes before (``bv``, ``bi``) in
+    top-k's output: the larger (``largest``) or smaller value first, NaN the
+    largest of all (numpy's sort order, as onnxruntime's TopK has it), equal
+    values (NaNs among them) by the lower index. The GPU form orders the same."""
+    if "float" in str(av.ty.dtype):
+        a_nan, b_nan = tirx.isnan(av), tirx.isnan(bv)
+        greater = tirx.Or(tirx.And(a_nan, tirx.Not(b_nan)), av > bv)
+        less = tirx.Or(tirx.And(tirx.Not(a_nan), b_nan), av < bv)
+        equal = tirx.Or(av == bv, tirx.And(a_nan, b_nan))
+    else:
+        greater, less, equal = av > bv, av < bv, av == bv
+    return tirx.Or(greater if largest else less, tirx.And(equal, ai < bi))
+
+
 def topk_params(in_shape, out_shape, dtype: str) -> tuple:
     """Names the top-k kernel being built and declares its parameters (the
     GPU form's are the same): ``(data, values, indices)``."""
@@ -51,7 +66,7 @@ def topk(ndim: int, axis: int, dtype: str = "float32", largest: bool = True,
     the lower index, as onnxruntime does; ``is_sorted=False`` returns the same
     (sorted) order, which ONNX allows. Each output row is a heap of the k
     best elements seen so far while the row is scanned, then sorted in place:
-    O(n log k) per row, no scratch memory. NaNs are not ordered.
+    O(n log k) per row, no scratch memory; NaN is the largest value (``topk_order``).
     """
     del is_sorted  # a sorted result satisfies both settings
     axis, in_shape, out_shape, n, k = topk_sizes(ndim, axis)
@@ -59,8 +74,7 @@ def topk(ndim: int, axis: int, dtype: str = "float32", largest: bool = True,
 
     def comes_before(av, ai, bv, bi):
         """Whether (av, ai) comes before (bv, bi) in the output order."""
-        wins = av > bv if largest else av < bv
-        return tirx.Or(wins, tirx.And(av == bv, ai < bi))
+        return topk_order(largest, av, ai, bv, bi)
 
     with IRBuilder() as ib, T.prim_func():
         data, values, indices = topk_params(in_shape, out_shape, dtype)

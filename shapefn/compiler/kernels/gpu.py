@@ -4,7 +4,7 @@ Each function has the name, parameters and PrimFunc signature (argument
 order, shapes, dtypes, symbolic sizes) of its CPU form (``dynamic.topk``,
 ``count.nonzero`` / ``nonzero_1d`` / ``nonzero_of_compare`` / ``unique`` / ``unique_slices`` /
 ``non_max_suppression``,
-``concat.sequential_concat``, ``scatter.scatter_elements``,
+``concat.sequential_concat``, ``scatter.scatter_elements`` / ``scatter_nd``,
 ``scan.cumulative``) and the same results,
 bit for bit where the CPU form is deterministic; it returns a PrimFunc with
 explicit thread bindings that TVM's GPU code generators take as it is (no
@@ -22,8 +22,9 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
+from ..index_checks import from_end
 from . import scan
-from .dynamic import topk_params, topk_sizes
+from .dynamic import topk_order, topk_params, topk_sizes
 from .gpu_builder import (
     bitonic_pair,
     ceil_log2,
@@ -44,6 +45,7 @@ from .scatter import reduction_of, scatter_params, scatter_sizes
 from .tir_builder import arg, flat_view, i64, local, sizes
 
 __all__ = ["cumulative", "non_max_suppression", "nonzero", "nonzero_1d", "nonzero_of_compare", "scatter_elements",
+           "scatter_nd",
            "sequential_concat", "topk", "unique", "unique_slices"]
 
 
@@ -71,9 +73,9 @@ def topk(ndim: int, axis: int, dtype: str = "float32", largest: bool = True,
     each merge keeping the better ``C`` of both (the first ``C`` of one
     against the last of the other reversed, then a bitonic merge):
     O(n log^2 C) comparisons instead of a whole sort's O(n log^2 n). The
-    first k of block 0 are the result. The order is total (value, then
-    index), so it does not depend on the sort being unstable. NaNs are not
-    ordered.
+    first k of block 0 are the result. The order is total (value, NaN the
+    largest, then index: ``topk_order``), so it does not depend on the sort
+    being unstable.
     """
     del is_sorted  # a sorted result satisfies both settings
     axis, in_shape, out_shape, n, k = topk_sizes(ndim, axis)
@@ -117,10 +119,8 @@ def topk(ndim: int, axis: int, dtype: str = "float32", largest: bool = True,
 
 
 def _ordered(largest: bool, key_p, id_p, key_q, id_q):
-    """Whether (key_p, id_p) belongs before (key_q, id_q): the better value,
-    ties by the lower index."""
-    wins = key_p > key_q if largest else key_p < key_q
-    return tirx.Or(wins, tirx.And(key_p == key_q, id_p < id_q))
+    """Whether (key_p, id_p) belongs before (key_q, id_q): ``topk_order``."""
+    return topk_order(largest, key_p, id_p, key_q, id_q)
 
 
 @contextlib.contextmanager
@@ -139,7 +139,9 @@ def _sort_in_shared(load, size, k, dtype, largest, capacity, thread) -> Iterator
     size_log = T.bind(tirx.max(ceil_log2(size)[0], i64(_SORT_THREADS_LOG + 1)))
     padded = T.bind(i64(1) << size_log)
     if dtype.startswith(("float", "bfloat")):
-        worst = tirx.const(float("-inf") if largest else float("inf"), dtype)
+        # (after every value, ties broken by the padding's highest index; for
+        # the smallest, that is NaN: topk_order puts it last)
+        worst = tirx.const(float("-inf") if largest else float("nan"), dtype)
     else:
         worst = tirx.min_value(dtype) if largest else tirx.max_value(dtype)
     with T.serial(0, tirx.floordiv(padded, i64(_SORT_THREADS))) as r:
@@ -278,12 +280,39 @@ def scatter_elements(ndim: int, axis: int, reduction: str, dtype: str, index_dty
             coords = unravel(line, line_dims)
             with T.serial(0, index_shape[axis]) as j:
                 p = tuple(coords[:axis]) + (j,) + tuple(coords[axis:])
-                k = T.bind(tirx.Cast("int64", indices[p]))
-                k = tirx.if_then_else(k < 0, k + data_shape[axis], k)
-                target = tuple(coords[:axis]) + (T.bind(k),) + tuple(coords[axis:])
+                k = from_end(indices[p], data_shape[axis], f"scatter_elements: index along axis {axis}")
+                target = tuple(coords[:axis]) + (k,) + tuple(coords[axis:])
                 out[target] = combine(out[target], updates[p])
     return ib.get()
 
+
+
+def scatter_nd(data_ndim: int, index_ndim: int, depth: int, reduction: str, dtype: str,
+               index_dtype: str) -> tirx.PrimFunc:
+    """``scatter.scatter_nd``: a copy of ``data``, then one work item per
+    element of a slice, applying every index tuple's update to it in order
+    (repeated tuples reduce in the CPU form's order, without atomics)."""
+    combine = reduction_of(reduction)
+    data_shape = [tirx.Var(f"d{a}", "int64") for a in range(data_ndim)]
+    lead = [tirx.Var(f"i{a}", "int64") for a in range(index_ndim - 1)]
+    index_shape = [*lead, tirx.IntImm("int64", depth)]
+    slice_dims = data_shape[depth:]
+    with IRBuilder() as ib, T.prim_func():
+        T.func_attr({"tirx.noalias": True})
+        data, indices = arg("data", data_shape, dtype), arg("indices", index_shape, index_dtype)
+        updates, out = arg("updates", [*lead, *slice_dims], dtype), arg("out", data_shape, dtype)
+        size = math.prod(data_shape)
+        data_flat, out_flat = flat_view(data, size, dtype), flat_view(out, size, dtype)
+        with launch_per_element(size) as e:
+            out_flat[e] = data_flat[e]
+        with launch_per_element(math.prod(slice_dims) if slice_dims else i64(1)) as e:
+            rest = tuple(unravel(e, slice_dims))
+            with T.serial(0, math.prod(lead) if lead else i64(1)) as t:
+                at = tuple(unravel(t, lead))
+                coords = tuple(from_end(indices[(*at, i64(j))], data_shape[j],
+                                        f"scatter_nd: coordinate {j} of an index tuple") for j in range(depth))
+                out[coords + rest] = combine(out[coords + rest], updates[at + rest])
+    return ib.get()
 
 
 # --------------------------------------------------------------------------- cumulative

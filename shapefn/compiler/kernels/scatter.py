@@ -6,6 +6,7 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
+from ..index_checks import from_end
 from .tir_builder import arg
 
 # How an update combines with the value it lands on (the GPU form reuses these).
@@ -43,10 +44,40 @@ def scatter_elements(ndim: int, axis: int, reduction: str, dtype: str, index_dty
             out[p] = data[p]
         with T.grid(*index_shape) as p:
             p = tuple(p) if ndim > 1 else (p,)
-            k = tirx.Cast("int64", indices[p])
-            k = tirx.if_then_else(k < 0, k + data_shape[axis], k)
+            k = from_end(indices[p], data_shape[axis], f"scatter_elements: index along axis {axis}")
             target = p[:axis] + (k,) + p[axis + 1:]
             out[target] = combine(out[target], updates[p])
+    return ib.get()
+
+
+def scatter_nd(data_ndim: int, index_ndim: int, depth: int, reduction: str, dtype: str,
+               index_dtype: str) -> tirx.PrimFunc:
+    """ONNX ScatterND: ``(data, indices, updates, out)``; ``out`` is
+    ``data`` with ``out[indices[p]] = f(out[indices[p]], updates[p])`` for
+    every index tuple ``p`` of ``indices`` (its last dimension, ``depth``
+    long) in row-major order, each tuple naming a slice of ``data``'s last
+    ``data_ndim - depth`` dimensions; every coordinate checked.
+
+    TVM's kernel reads the index tuples without a bound: a coordinate out of
+    range wrote outside the output (heap corruption, found by trying)."""
+    combine = reduction_of(reduction)
+    data_shape = [tirx.Var(f"d{a}", "int64") for a in range(data_ndim)]
+    lead = [tirx.Var(f"i{a}", "int64") for a in range(index_ndim - 1)]
+    index_shape = [*lead, tirx.IntImm("int64", depth)]
+    update_shape = [*lead, *data_shape[depth:]]
+    with IRBuilder() as ib, T.prim_func():
+        T.func_attr({"tirx.noalias": True})
+        data, indices = arg("data", data_shape, dtype), arg("indices", index_shape, index_dtype)
+        updates, out = arg("updates", update_shape, dtype), arg("out", data_shape, dtype)
+        with T.grid(*data_shape) as p:
+            p = tuple(p) if data_ndim > 1 else (p,)
+            out[p] = data[p]
+        with T.grid(*lead, *data_shape[depth:]) as q:
+            q = tuple(q) if len(lead) + data_ndim - depth > 1 else (q,)
+            at, rest = q[:len(lead)], q[len(lead):]
+            coords = tuple(from_end(indices[(*at, tirx.IntImm("int64", j))], data_shape[j],
+                                    f"scatter_nd: coordinate {j} of an index tuple") for j in range(depth))
+            out[coords + rest] = combine(out[coords + rest], updates[q])
     return ib.get()
 
 
