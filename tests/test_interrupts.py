@@ -45,7 +45,7 @@ SCRIPT = textwrap.dedent("""
     interrupted.takes_scalars = getattr(original, "takes_scalars", False)  # (a converter's attribute)
 
     def patch(function):
-        """``function`` in place of the original wherever the compile looks it up."""
+        # function in place of the original wherever the compile looks it up
         setattr(module, sys.argv[2], function)
         if sys.argv[1] == "shapefn.frontend.onnx_indexing":
             from shapefn.frontend import onnx_converters
