@@ -92,9 +92,8 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "model: a whole model, minutes in TVM's compiler (left out of the sanitized run)")
     config.addinivalue_line(
-        "markers", "tvm_compile: its subject is what TVM compiles (kernels, schedules, libraries, the CLI's "
-                   "compiles, the docs' examples); left out of the sanitized run, whose preloaded allocator "
-                   "slows TVM's compiler several times over")
+        "markers", "native: exercises shapefn's own C++ (the VM, executables, devices, the runner): the tests "
+                   "the sanitized run (tools/sanitize-pytest -m native) runs")
 
 
 def pytest_runtest_setup(item):
@@ -168,11 +167,25 @@ def _fingerprint(model, feeds) -> str:
 _onnx_sim_counters: dict[str, list[dict]] = {}
 
 
-@pytest.fixture(scope="session", params=DEVICES)
+def pytest_generate_tests(metafunc):
+    """``onnx_check`` runs each test on the devices its module names in
+    ``ONNX_CHECK_DEVICES``: ``DEVICES`` where the device adds something (the
+    module's converters emit kernels of shapefn's own, with GPU forms; sizes
+    read back from the device; loops' host parameters), ``("sim",)`` where
+    it does not (converters of standard ops whose GPU schedules are TVM's:
+    ONNX's conformance sample in test_onnx_backend.py runs their families on
+    opencl)."""
+    if "onnx_check" in metafunc.fixturenames:
+        devices = getattr(metafunc.module, "ONNX_CHECK_DEVICES", ("sim",))
+        metafunc.parametrize("onnx_check", devices, indirect=True, scope="session")
+
+
+@pytest.fixture(scope="session")
 def onnx_check(request):
     """``check(model, feeds)``: imports ``model`` with shapefn.from_onnx and
     compiles it once for the fixture's device (each test using it runs on
-    every device of ``DEVICES``), then runs every feed set (a list of input
+    every device its module's ``ONNX_CHECK_DEVICES`` names: see
+    ``pytest_generate_tests``), then runs every feed set (a list of input
     arrays in graph-input order) there (a strict sim for sim) and in
     onnxruntime and compares dtypes, shapes and values (integers and bools
     exactly; floats within ``atol``, 1e-6 unless a test's sums are long).
@@ -224,10 +237,12 @@ def onnx_check(request):
     return check
 
 
-def assert_parallel_on_gpus(mod: tvm.IRModule, kinds=("cuda", "opencl")) -> None:
+def assert_parallel_on_gpus(mod: tvm.IRModule, kinds=("cuda",)) -> None:
     """Every device kernel of ``mod`` compiled for each of ``kinds`` (the
     kernels scheduled, not built: no nvcc run) launches GPU threads and does
-    all its work in them, and none is a one-thread kernel."""
+    all its work in them, and none is a one-thread kernel. CUDA's by
+    default: OpenCL's come from the same rules and GPU forms (only the
+    limits differ), and a model compiled for OpenCL builds them anyway."""
     from shapefn.compiler import target_schedule
     from shapefn.compiler.compile import scheduled_kernels
 

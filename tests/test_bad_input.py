@@ -15,6 +15,8 @@ from conftest import DEVICES, device_target, opencl
 from shapefn import InvalidOnnxModel, Param, ProgramBuilder, UnsupportedOnnxOp
 from shapefn.compiler import hand_built as kernels
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 
 def check_still_works(vm, model, seed=0):
     args = model.inputs(np.random.default_rng(seed))

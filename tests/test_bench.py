@@ -14,8 +14,6 @@ import shapefn
 from conftest import DEVICES, device_independent
 from shapefn.bench import compile_time, copy_elimination, report, roi_slicing, timing, vm_overhead
 
-pytestmark = pytest.mark.tvm_compile  # (left out of the sanitized run)
-
 VM_KEYS = ["shapefn_static_ns_per_op", "shapefn_dynamic_ns_per_op", "relax_static_ns_per_op",
            "relax_dynamic_ns_per_op", "shapefn_mlp_static_us", "shapefn_mlp_dynamic_us", "relax_mlp_static_us",
            "relax_mlp_dynamic_us", "shapefn_call_us", "relax_call_us", "shapefn_call_numpy_us", "relax_call_numpy_us",

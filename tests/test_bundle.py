@@ -20,6 +20,8 @@ from conftest import opencl
 from shapefn import ExecutableFormatError
 from shapefn.bundle import bundle
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 # What the operating system provides (glibc and the C++ runtime; the
 # sanitizers' runtimes, which a build with SHAPEFN_SANITIZE=ON links).
 SYSTEM_LIBRARIES = ("linux-vdso", "libc.so", "libm.so", "libdl.so", "libpthread.so", "librt.so", "ld-linux",

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 from bytecode import lines, program, rejected, run
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 X = ("x", "float32", ["n"])
 
 

@@ -8,6 +8,8 @@ from bytecode import lines, program, rejected, run
 from shapefn import Label
 from shapefn.builder import Param, Reg
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 X = ("x", "float32", ["n"])
 
 

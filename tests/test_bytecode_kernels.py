@@ -10,6 +10,8 @@ from bytecode import OPCODES, from_words, lines, program, run
 from shapefn import ExecutableFormatError
 from shapefn.compiler import hand_built as kernels
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 
 @pytest.fixture(scope="module")
 def library():

@@ -7,6 +7,8 @@ from bytecode import OPCODES, from_words, lines, program, rejected, run
 
 from shapefn import ExecutableFormatError
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 VECTOR = ("v", "int64", [3])
 SCALAR = ("s", "int32", [])
 

@@ -9,6 +9,8 @@ from bytecode import OPCODES, from_words, lines, program, run
 import shapefn
 from shapefn import ExecutableFormatError
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 
 def test_native_shape_function_sees_shapes_only():
     pb, fb = program([("a", "float32", ["n", 1]), ("b", "float32", [1, "m"])])

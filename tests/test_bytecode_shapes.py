@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from bytecode import lines, program, rejected, run
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 X = ("x", "float32", ["n", "m"])
 ARITHMETIC = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "floordiv": operator.floordiv,
               "floormod": operator.mod, "min": min, "max": max, "lt": lambda a, b: int(a < b),

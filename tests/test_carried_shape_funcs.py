@@ -22,6 +22,8 @@ from conftest import DEVICES
 from shapefn import ExecutableFormatError, Param, ProgramBuilder, _core
 from shapefn.compiler.shape_calls import emit_shape
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 OP = "test.carried.rows_of"  # (x [n], k [1]) -> [k, n // k]; reads k's value only
 
 

@@ -15,8 +15,6 @@ from onnx import TensorProto, helper
 
 from conftest import opencl
 
-pytestmark = pytest.mark.tvm_compile  # (left out of the sanitized run)
-
 # The command pip installed beside this Python (found on the PATH too).
 _INSTALLED = os.path.join(sysconfig.get_path("scripts"), "shapefn")
 COMMAND = _INSTALLED if os.path.exists(_INSTALLED) else shutil.which("shapefn")

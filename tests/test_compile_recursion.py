@@ -15,6 +15,8 @@ from tvm.script import tirx as T
 import shapefn
 from conftest import DEVICES, opencl, run_on_devices
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 
 def relax_vm(mod):
     return relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())

@@ -16,6 +16,8 @@ import shapefn
 from conftest import DEVICES, device_independent
 from shapefn import Param, ProgramBuilder
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 CALLS = 1_000
 
 

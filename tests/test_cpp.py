@@ -13,6 +13,8 @@ import pytest
 from conftest import opencl
 from shapefn import _core
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 BINARY = os.path.join(os.path.dirname(_core.__file__), "shapefn_cpp_tests")
 
 

@@ -17,8 +17,6 @@ from shapefn.compiler.kernels import cpu_conv, cpu_dense, cpu_depthwise
 from shapefn.compiler.relax_passes import lower
 from shapefn.frontend import from_onnx
 
-pytestmark = pytest.mark.tvm_compile  # (left out of the sanitized run)
-
 rng = np.random.default_rng(1)
 
 

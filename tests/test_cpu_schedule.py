@@ -13,8 +13,6 @@ from shapefn.compiler.compile import lower
 from shapefn.compiler.kernels import cpu_conv
 from shapefn.compiler.legalize import legalize_map
 
-pytestmark = pytest.mark.tvm_compile  # (left out of the sanitized run)
-
 
 def legalized(build_body, params):
     bb = relax.BlockBuilder()

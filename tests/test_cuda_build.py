@@ -31,8 +31,6 @@ from conftest import ProfilingExample
 from shapefn.compiler import cuda_fatbin, kernel_cache
 from shapefn.frontend import from_onnx
 
-pytestmark = pytest.mark.tvm_compile  # (left out of the sanitized run)
-
 HOST_SUFFIX = "_host"  # what a GPU build names the host copy of a kernel
 NVCC_MISSING = "no nvcc (CUDA toolkit) on this machine: the device module keeps CUDA source"
 GPU_MISSING = "no CUDA GPU on this machine: the CUDA build is checked, not run"

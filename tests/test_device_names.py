@@ -6,6 +6,8 @@ import pytest
 import shapefn
 from shapefn import _core, devices
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 
 def test_device_slots_come_from_cpp():
     assert devices.DEVICE_SLOTS == _core.device_slots() == {"host": 0, "device": 1, "any": -1}

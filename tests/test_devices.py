@@ -13,6 +13,8 @@ import shapefn
 from conftest import opencl
 from shapefn import Param, ProgramBuilder
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 
 def upload_program():
     pb = ProgramBuilder()

@@ -23,8 +23,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.tvm_compile  # (left out of the sanitized run)
-
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 DOCS = [README, REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").rglob("*.md"))]

@@ -16,6 +16,8 @@ import shapefn
 from conftest import DEVICES
 from shapefn import ExecutableFormatError, Param, ProgramBuilder, _core
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 F = TensorProto.FLOAT
 
 

@@ -13,6 +13,8 @@ import shapefn
 from shapefn import Param, ProgramBuilder, _core
 from shapefn.errors import EXCEPTION_OF_KIND, DataDependenceError, ExecutableFormatError
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 
 def test_python_table_and_cpp_kinds_agree():
     assert list(EXCEPTION_OF_KIND) == _core.error_kinds()

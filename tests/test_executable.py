@@ -345,6 +345,8 @@ import tvm
 import shapefn
 from shapefn import _core
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 ALLOWED = (ValueError, TypeError, IndexError, KeyError, RuntimeError)
 
 

@@ -35,6 +35,9 @@ import sys
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
+
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
 
 HEADER_SIZE = 28  # magic[8], version u32, payload size u64, FNV-1a checksum u64
 MIN_MUTANTS = 10_000

@@ -9,6 +9,8 @@ import tvm_ffi
 import shapefn
 from conftest import DEVICES, first_rows_module, opencl
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 kept = []
 
 

@@ -17,8 +17,6 @@ from shapefn.compiler.kernels import count as count_kernels
 from shapefn.compiler.kernels import dynamic as dyn_kernels
 from shapefn.compiler.kernels import gpu as gpu_kernels
 
-pytestmark = pytest.mark.tvm_compile  # (left out of the sanitized run)
-
 OPENCL = tvm.target.Target("opencl", host="llvm")
 
 

@@ -10,6 +10,8 @@ from shapefn import Param, ProgramBuilder
 from shapefn.bench import vm_overhead
 from shapefn.compiler import hand_built as kernels
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 
 @pytest.fixture(scope="module")
 def library():

@@ -23,8 +23,6 @@ from shapefn.compiler import hand_built as kernels
 from shapefn.compiler import kernel_cache
 from shapefn.compiler.relax_passes import without_fusion
 
-pytestmark = pytest.mark.tvm_compile  # (left out of the sanitized run)
-
 
 @pytest.fixture
 def cache_dir(tmp_path):

@@ -13,6 +13,8 @@ import pytest
 import shapefn
 from conftest import DEVICES, SliceNonzeroModel, device_independent
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 CALLS = 10_000
 SAMPLE_EVERY = 500
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")

@@ -13,8 +13,6 @@ from shapefn.compiler.compile import lower
 from shapefn.compiler.legalize import SEQUENTIAL_CONCAT_MAX_INPUTS, SEQUENTIAL_CONCAT_MIN_SYMBOLIC_INPUTS
 from shapefn.compiler.lower_dynamic import lower_dynamic_ops
 
-pytestmark = pytest.mark.tvm_compile  # (left out of the sanitized run)
-
 
 def relax_vm(mod, *args):
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())

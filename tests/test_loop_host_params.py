@@ -22,6 +22,8 @@ from conftest import DEVICES, device_independent
 from shapefn.compiler import host_params, placement
 from shapefn.compiler.compile import lower, lower_dynamic_ops
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 MASK = 6
 

@@ -14,7 +14,6 @@ from test_onnx_ops import i64, model, node, uniform
 import shapefn
 from conftest import DEVICES, need_opencl
 
-pytestmark = pytest.mark.tvm_compile  # (importer converters: left out of the sanitized run)
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 

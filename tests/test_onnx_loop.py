@@ -16,6 +16,9 @@ import shapefn
 from conftest import DEVICES
 from shapefn.frontend import from_onnx
 
+# onnx_check runs these on every device: loops read their host parameters back from the device.
+ONNX_CHECK_DEVICES = DEVICES
+
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
 

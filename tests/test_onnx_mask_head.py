@@ -11,6 +11,11 @@ GatherElements and as GatherND. Pasting masks into the image happens outside ONN
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
+from conftest import DEVICES
+
+# onnx_check runs these on every device: a detector's mask head on the device: RoiAlign, a Loop, the counts read back.
+ONNX_CHECK_DEVICES = DEVICES
+
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 rng = np.random.default_rng(0)
 CHANNELS, HIDDEN, CLASSES, MAX_DETECTIONS = 4, 6, 3, 5

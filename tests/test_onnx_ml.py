@@ -9,7 +9,6 @@ from test_onnx_ops import model, uniform
 import shapefn
 from shapefn.frontend import from_onnx
 
-pytestmark = pytest.mark.tvm_compile  # (importer converters: left out of the sanitized run)
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 

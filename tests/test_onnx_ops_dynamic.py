@@ -13,6 +13,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from test_onnx_ops import GROUPS, cases, i64, model, node, uniform
 
+from conftest import DEVICES
+
+# onnx_check runs these on every device: sizes from run-time values read back from the device.
+ONNX_CHECK_DEVICES = DEVICES
+
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 rng = np.random.default_rng(1)
 INT64_MAX = 2 ** 63 - 1

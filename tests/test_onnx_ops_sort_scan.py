@@ -7,6 +7,11 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from conftest import DEVICES
+
+# onnx_check runs these on every device: TopK, NonZero, Unique, NMS and the cumulative ops run shapefn's own GPU forms.
+ONNX_CHECK_DEVICES = DEVICES
+
 F, I64, I32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
 rng = np.random.default_rng(0)
 

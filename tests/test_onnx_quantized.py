@@ -17,7 +17,6 @@ import shapefn
 from shapefn.errors import UnsupportedOnnxOp
 from shapefn.frontend import from_onnx
 
-pytestmark = pytest.mark.tvm_compile  # (importer converters: left out of the sanitized run)
 F, F16, I8, U8, I32 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT8, TensorProto.UINT8, TensorProto.INT32
 rng = np.random.default_rng(11)
 QLINEAR_MATMUL = ["a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale", "y_zero"]

@@ -15,7 +15,6 @@ from test_onnx_ops import model, node, uniform
 from shapefn.errors import InvalidOnnxModel, UnsupportedOnnxOp
 from shapefn.frontend import from_onnx
 
-pytestmark = pytest.mark.tvm_compile  # (importer converters: left out of the sanitized run)
 F, I32 = TensorProto.FLOAT, TensorProto.INT32
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 STEPS, INPUT, HIDDEN = 4, 3, 5

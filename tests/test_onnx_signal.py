@@ -11,7 +11,6 @@ from test_onnx_ops import model, node, uniform
 import shapefn
 from shapefn.frontend import from_onnx
 
-pytestmark = pytest.mark.tvm_compile  # (importer converters: left out of the sanitized run)
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 

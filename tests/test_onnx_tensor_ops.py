@@ -15,10 +15,13 @@ from onnx.reference import ReferenceEvaluator
 from test_onnx_ops import i64, model, node, uniform
 
 import shapefn
+from conftest import DEVICES
 from shapefn.errors import UnsupportedOnnxOp
 from shapefn.frontend import from_onnx
 
-pytestmark = pytest.mark.tvm_compile  # (importer converters: left out of the sanitized run)
+# onnx_check runs these on every device: each converter is a TE kernel of shapefn's own.
+ONNX_CHECK_DEVICES = DEVICES
+
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 rng = np.random.default_rng(7)
 

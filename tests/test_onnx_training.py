@@ -17,7 +17,6 @@ import shapefn
 from conftest import need_opencl, opencl
 from shapefn.frontend import from_onnx
 
-pytestmark = pytest.mark.tvm_compile  # (importer converters: left out of the sanitized run)
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 SHAPES = [(3, 2), (4,)]
 # op -> (attributes, the groups of tensors after R and T, first X)

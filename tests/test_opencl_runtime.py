@@ -22,6 +22,8 @@ from shapefn import Param, ProgramBuilder
 from shapefn.compiler import hand_built as kernels
 from shapefn.compiler import kernel_cache
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 TARGET = tvm.target.Target("opencl", host="llvm")
 
 

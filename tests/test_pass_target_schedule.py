@@ -34,8 +34,6 @@ from shapefn.compiler.kernels import count as count_kernels
 from shapefn.compiler.kernels import dynamic as dyn_kernels
 from shapefn.compiler.lower_dynamic import lower_dynamic_ops
 
-pytestmark = pytest.mark.tvm_compile  # (left out of the sanitized run)
-
 GPU_KINDS = ["cuda", "opencl"]
 
 

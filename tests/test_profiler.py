@@ -16,6 +16,8 @@ from conftest import DEVICES, device_independent, opencl
 from shapefn import Label, Param, ProgramBuilder
 from shapefn.compiler import hand_built
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 
 @pytest.fixture(scope="module")
 def models(first_rows_op):

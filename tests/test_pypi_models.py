@@ -4,9 +4,12 @@ orientation classifier from paddle2onnx, openWakeWord's mel spectrogram
 (torch.onnx) and speech embedding (tf2onnx), a YOLOv8 detector (torch.onnx)
 and MTCNN's face proposal network (keras2onnx)): each imported with
 shapefn.from_onnx as the model declares its inputs (sizes symbolic where
-the model leaves them open), compiled once per device, run at two input
-shapes and compared with onnxruntime; on opencl, every call's
-device-independent counters equal those of the same call on sim."""
+the model leaves them open), compiled once for a strict sim, run at two
+input shapes and compared with onnxruntime; each model's GPU schedules
+checked without a build (``assert_parallel_on_gpus``). None runs on OpenCL,
+for CI's time (PoCL builds each model's programs in minutes on two cores):
+their operators are standard ones, which ONNX's conformance sample runs on
+OpenCL (test_onnx_backend.py)."""
 import json
 import os
 
@@ -16,7 +19,7 @@ import onnxruntime as ort
 import pytest
 
 import shapefn
-from conftest import DEVICES, assert_parallel_on_gpus, device_independent
+from conftest import assert_parallel_on_gpus
 from shapefn.bench import pypi_models
 
 pytestmark = pytest.mark.model
@@ -33,49 +36,26 @@ def fetched(name):
         pytest.skip(str(err))
 
 
-@pytest.fixture(scope="module")
-def compiled():
-    """``compiled(name, device)``: model ``name`` imported once and compiled
-    once per device."""
-    modules, executables = {}, {}
-
-    def get(name, device):
-        if name not in modules:
-            modules[name] = shapefn.from_onnx(str(fetched(name)))
-        if (name, device) not in executables:
-            executables[name, device] = shapefn.compile(modules[name], device)
-        return executables[name, device]
-
-    return get
-
-
-def run_calls(exe, device, feeds):
-    """Each call's outputs (numpy) and device-independent counters."""
-    vm = shapefn.VirtualMachine(exe, shapefn.sim(strict=True) if device == "sim" else device)
+def run_calls(exe, feeds):
+    """Each call's outputs (numpy) on a strict sim."""
+    vm = shapefn.VirtualMachine(exe, shapefn.sim(strict=True))
     runs = []
     for args in feeds:
-        vm.reset_counters()
         outs = vm(*args)
-        outs = outs if isinstance(outs, tuple) else (outs,)
-        runs.append(([o.numpy() for o in outs], device_independent(vm.counters)))
+        runs.append([o.numpy() for o in (outs if isinstance(outs, tuple) else (outs,))])
     return runs
 
 
-# The sim runs of each model (by name), for the opencl runs' counters.
-_sim_runs: dict[str, list] = {}
-
-
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", list(pypi_models.MODELS))
-def test_model_matches_onnxruntime(name, device, compiled):
+def test_model_matches_onnxruntime(name):
     path = fetched(name)
     feeds = pypi_models.feeds(name)
-    runs = run_calls(compiled(name, device), device, feeds)
+    runs = run_calls(shapefn.compile(shapefn.from_onnx(str(path)), "sim"), feeds)
     model = onnx.load(str(path), load_external_data=False)
     initializers = {i.name for i in model.graph.initializer}
     names = [i.name for i in model.graph.input if i.name not in initializers]
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    for args, (gots, _) in zip(feeds, runs):
+    for args, gots in zip(feeds, runs):
         wants = session.run(None, dict(zip(names, args)))
         assert len(gots) == len(wants)
         for got, want in zip(gots, wants):
@@ -84,12 +64,6 @@ def test_model_matches_onnxruntime(name, device, compiled):
             # order than onnxruntime's: the error grows with the magnitude of
             # the values, so the absolute tolerance is relative to the largest.
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * max(1.0, float(np.abs(want).max())))
-    if device == "sim":
-        _sim_runs[name] = runs
-        return
-    on_sim = _sim_runs.get(name) or run_calls(compiled(name, "sim"), "sim", feeds)
-    for i, ((_, counters), (_, want)) in enumerate(zip(runs, on_sim)):
-        assert counters == want, f"call {i}: counters on {device} differ from those on sim"
 
 
 @pytest.mark.parametrize("name", list(pypi_models.MODELS))

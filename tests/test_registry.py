@@ -7,6 +7,8 @@ import pytest
 import shapefn
 from shapefn import DataDependenceError, OverDeclaredWarning, register_shape_func
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 
 def test_builtin_masks_and_aliases():
     assert shapefn.data_dependence("relax.dynamic_strided_slice") == [False, True, True, True]

@@ -26,6 +26,8 @@ from conftest import DEVICES, device_independent, device_target, opencl
 from shapefn import Param, ProgramBuilder
 from shapefn.compiler import hand_built as kernels
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 REPO = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 120
 

@@ -15,6 +15,8 @@ import pytest
 import shapefn
 from shapefn import _core
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 I64_MAX = np.iinfo(np.int64).max
 I64_MIN = np.iinfo(np.int64).min
 

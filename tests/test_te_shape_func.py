@@ -12,6 +12,8 @@ from shapefn.compiler import kernel_cache
 from shapefn.compiler import te_shape_func as tsf
 from shapefn.errors import DataDependenceError, OverDeclaredWarning
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 SLICE_MASK = [False, True, True, True]
 SLICE_SIGNATURE = "float32:3,int64:1,int64:1,int64:1"
 

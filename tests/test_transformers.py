@@ -3,16 +3,17 @@ encoder and a GPT-2-style decoder with past keys/values, exported by
 torch.onnx from ``transformers``' own classes (``data/export_transformers.py``;
 weight-free graphs refilled with seed-0 weights), each at opset 23, where
 attention is ONNX's ``Attention`` operator, and at an opset before it
-(MatMul/Softmax). On a strict sim and on opencl against onnxruntime at three
-(batch, length) pairs, length 1 included; the decoder also runs a 16-step
-generation loop whose cache never leaves the device."""
+(MatMul/Softmax). On a strict sim against onnxruntime at three (batch,
+length) pairs, length 1 included; the decoder also runs a 16-step
+generation loop whose cache never leaves the device, on sim and (at opset
+23, for CI's time) on opencl."""
 import pathlib
 
 import numpy as np
 import pytest
 
 import shapefn
-from conftest import DEVICES, need_opencl
+from conftest import opencl
 from shapefn.bench.models import materialize
 from shapefn.frontend import from_onnx
 
@@ -50,8 +51,9 @@ def test_decoder_step_matches_onnxruntime(onnx_check, name):
                atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["gpt2_tiny_op23", "gpt2_tiny_op18"])
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name, device", [("gpt2_tiny_op23", "sim"), pytest.param("gpt2_tiny_op23", "opencl",
+                                                                                  marks=opencl),
+                                          ("gpt2_tiny_op18", "sim")])
 def test_generation_loop_keeps_the_cache_on_the_device(device, name):
     """16 greedy steps from a 3-token prompt, the present keys/values of each
     step fed back as the next step's past without leaving the device: the VM
@@ -60,8 +62,6 @@ def test_generation_loop_keeps_the_cache_on_the_device(device, name):
     run by onnxruntime with the same weights."""
     import onnxruntime as ort
 
-    if device == "opencl":
-        need_opencl()
     model = materialize(DATA, name)
     vm = shapefn.VirtualMachine(shapefn.compile(from_onnx(model), device),
                                 shapefn.sim(strict=True) if device == "sim" else device)

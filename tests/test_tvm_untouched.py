@@ -12,12 +12,9 @@ import subprocess
 import sys
 import threading
 
-import pytest
 from tvm import relax, te, tirx
 
 from shapefn.compiler import te_params
-
-pytestmark = pytest.mark.tvm_compile  # (left out of the sanitized run)
 
 # A small Relax module (legalized through TE), built without TVMScript,
 # which needs a source file.

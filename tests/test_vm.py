@@ -17,6 +17,8 @@ from shapefn import Label, Param, ProgramBuilder
 from shapefn.bench import roi_slicing
 from shapefn.compiler import hand_built as kernels
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 
 @pytest.fixture
 def on(device):

@@ -9,6 +9,8 @@ import pytest
 import shapefn
 from shapefn import ExecutableFormatError, _core
 
+pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
+
 OP = {name: i for i, (name, _) in enumerate(_core.isa())}
 X_PARAM = {"name": "x", "dtype": "float32", "dims": [4], "device": 1}
 X = np.ones(4, np.float32)
