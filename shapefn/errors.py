@@ -44,6 +44,7 @@ EXCEPTION_OF_KIND: dict[str, type[BaseException]] = {
     "not_found": FileNotFoundError,
     "format": ExecutableFormatError,
     "dependence": DataDependenceError,
+    "memory": MemoryError,
     "runtime": RuntimeError,
     "interrupted": KeyboardInterrupt,
 }

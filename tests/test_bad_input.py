@@ -159,7 +159,7 @@ OUT_OF_MEMORY = {"sim": r"sim: out of device memory allocating 46116860184273879
     # 2**63 elements: too many for int64.
     (1 << 21, ValueError, r"shape function of 'test.bad_input.cube' returned \[2097152, 2097152, 2097152\] "
                           r"for output 0, whose element count overflows int64"),
-    (1 << 20, RuntimeError, OUT_OF_MEMORY),
+    (1 << 20, MemoryError, OUT_OF_MEMORY),
 ], ids=["negative", "element count overflow", "out of memory"])
 def test_shape_function_results_no_tensor_can_have(cube_vm, device, k, error, message):
     cube_vm = cube_vm(device)

@@ -52,7 +52,7 @@ def test_sim_rejects_bad_configuration(kwargs):
 def test_sim_arena_exhaustion_raises():
     dev = shapefn.sim(arena_bytes=1 << 20)
     vm = shapefn.VirtualMachine(upload_program(), dev)
-    with pytest.raises(RuntimeError, match="out of device memory"):
+    with pytest.raises(MemoryError, match="out of device memory"):
         vm(np.zeros(1 << 20, np.float32))
     np.testing.assert_array_equal(vm(np.ones(4, np.float32)).numpy(), np.ones(4))
 

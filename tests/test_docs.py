@@ -134,8 +134,9 @@ def commands(block: Block) -> list[str]:
 
 
 def ci_commands() -> list[str]:
+    """``.ci/run``'s commands, each line's subshell parentheses taken off."""
     lines = (REPO / ".ci" / "run").read_text().splitlines()
-    return [line for line in lines
+    return [line.removeprefix("(").removesuffix(")") for line in lines
             if line.strip() and not line.startswith(("#", "set ", "cd ", "export "))]
 
 

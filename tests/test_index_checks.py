@@ -256,17 +256,40 @@ def test_a_constant_index_out_of_range_is_left_for_the_run_to_refuse():
         vm(np.zeros(2, np.float32))
 
 
-def test_tvms_vm_clamps_instead():
+@pytest.mark.parametrize("target", ["llvm", pytest.param("opencl", marks=opencl)])
+def test_tvms_vm_clamps_instead(target):
     """TVM's own VM has no check records: there an index out of range is
-    clamped, as docs/relax_vm.md says."""
+    clamped, as docs/relax_vm.md says (on a GPU too, whose kernel forms
+    check their indices as the CPU's do)."""
     import tvm
     from tvm import relax
 
     import shapefn.relax
 
-    exe = tvm.compile(shapefn.from_onnx(_embedding_model()), target="llvm",
-                      relax_pipeline=shapefn.relax.pipeline("llvm"))
-    vm = relax.VirtualMachine(exe, tvm.cpu())
+    exe = shapefn.relax.runnable(tvm.compile(shapefn.from_onnx(_embedding_model()), target=target,
+                                             relax_pipeline=shapefn.relax.pipeline(target)))
+    device = tvm.cpu() if target == "llvm" else tvm.opencl()
+    vm = relax.VirtualMachine(exe, device)
     table = np.arange(32, dtype=np.float32).reshape(8, 4)
-    got = vm["main"](tvm.runtime.tensor(np.array([[9, -9]]))).numpy()
+    got = vm["main"](tvm.runtime.tensor(np.array([[9, -9]]), device)).numpy()
     np.testing.assert_array_equal(got, 2 * table[[[7, 0]]])
+
+
+@pytest.mark.parametrize("device", DEVICES_AND_HOST)
+def test_an_index_read_in_one_branch_of_a_concatenation_is_checked_only_there(device):
+    """A row of Faster R-CNN's RoI pooling: a batch index, then four
+    coordinates gathered by constant indices. Fused into one kernel, the
+    gathered half reads its index only past the first column: checking it
+    in every column reads the index array at -1 (a false IndexError on a
+    GPU, and a read outside a buffer)."""
+    nodes = [helper.make_node("Gather", ["boxes", "order"], ["coords"], axis=1, name="coords"),
+             helper.make_node("Concat", ["batch", "coords"], ["rois"], axis=1, name="rois")]
+    graph = helper.make_graph(nodes, "rois", [vi("batch", F, ["n", 1]), vi("boxes", F, ["n", 4])],
+                              [vi("rois", F, ["n", 5])],
+                              initializer=[helper.make_tensor("order", I64, [4], [1, 0, 3, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(0)
+    batch, boxes = np.zeros((300, 1), np.float32), rng.uniform(0, 1, (300, 4)).astype(np.float32)
+    vm = shapefn.VirtualMachine(shapefn.compile(shapefn.from_onnx(model), device),
+                                shapefn.sim(strict=True) if device == "sim" else device)
+    np.testing.assert_array_equal(vm(batch, boxes).numpy(), np.concatenate([batch, boxes[:, [1, 0, 3, 2]]], 1))

@@ -50,8 +50,7 @@ class HostCpu final : public Device {
   void* Alloc(size_t nbytes, size_t alignment) override {
     size_t size = (nbytes + alignment - 1) / alignment * alignment;
     void* ptr = std::aligned_alloc(alignment, size == 0 ? alignment : size);
-    if (ptr == nullptr)
-      Fail(ErrorKind::kRuntime, "host: out of memory allocating " + std::to_string(nbytes) + " bytes");
+    if (ptr == nullptr) Fail(ErrorKind::kMemory, "host: out of memory allocating " + std::to_string(nbytes) + " bytes");
     return ptr;
   }
   void Free(void* ptr) override { std::free(ptr); }

@@ -48,8 +48,8 @@ class SimDevice final : public Device {
       used_[start] = size;
       return base_ + start;
     }
-    Fail(ErrorKind::kRuntime, "sim: out of device memory allocating " + std::to_string(nbytes) + " bytes (arena " +
-                                  std::to_string(size_) + " bytes)");
+    Fail(ErrorKind::kMemory, "sim: out of device memory allocating " + std::to_string(nbytes) + " bytes (arena " +
+                                 std::to_string(size_) + " bytes)");
   }
 
   void Free(void* ptr) override {

@@ -147,7 +147,7 @@ TEST(InterpreterAlloc, MoreThanTheDeviceHasIsARuntimeError) {
   small.arena_bytes = size_t{1} << 20;
   Code code;
   code.LoadShape({1, List{1 << 20}}).AllocTensor({2, kExecutionSlot, 1, EncodeDType(kF32)}).Ret({2});
-  EXPECT_SHAPEFN_ERROR(RunMain(Main(code, 3), {Iota({1})}, MakeSimDevice(small)), ErrorKind::kRuntime,
+  EXPECT_SHAPEFN_ERROR(RunMain(Main(code, 3), {Iota({1})}, MakeSimDevice(small)), ErrorKind::kMemory,
                        "sim: out of device memory");
 }
 

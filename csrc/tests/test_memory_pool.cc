@@ -33,7 +33,7 @@ class CountingDevice final : public Device {
   std::string name() const override { return "counting"; }
   DLDevice kernel_device() const override { return DLDevice{kDLCPU, 0}; }
   void* Alloc(size_t nbytes, size_t alignment) override {
-    if (nbytes > capacity_ - allocated_) Fail(ErrorKind::kRuntime, "counting: out of memory");
+    if (nbytes > capacity_ - allocated_) Fail(ErrorKind::kMemory, "counting: out of memory");
     void* p = std::aligned_alloc(alignment, nbytes == 0 ? alignment : nbytes);
     allocs.push_back(Block{p, nbytes, alignment});
     allocated_ += nbytes;
@@ -256,7 +256,7 @@ TEST(MemoryPool, AFailedAllocationCountsNothing) {
   auto device = std::make_shared<CountingDevice>(4096);
   MemoryPool pool(device);
   size_t rounded = 0;
-  EXPECT_SHAPEFN_ERROR(pool.Acquire(5000, &rounded), ErrorKind::kRuntime, "counting: out of memory");
+  EXPECT_SHAPEFN_ERROR(pool.Acquire(5000, &rounded), ErrorKind::kMemory, "counting: out of memory");
   EXPECT_EQ(pool.bytes_in_use(), 0u);
   EXPECT_EQ(pool.high_water_bytes(), 0u);
   EXPECT_EQ(pool.device_allocations(), 0);
@@ -267,7 +267,7 @@ TEST(MemoryPool, AFailedAllocationCountsNothing) {
   SimConfig small;
   small.arena_bytes = size_t{1} << 20;
   auto sim = std::make_shared<MemoryPool>(MakeSimDevice(small));
-  EXPECT_SHAPEFN_ERROR(AllocTensor(sim, {1 << 20}, DLDataType{kDLFloat, 32, 1}), ErrorKind::kRuntime,
+  EXPECT_SHAPEFN_ERROR(AllocTensor(sim, {1 << 20}, DLDataType{kDLFloat, 32, 1}), ErrorKind::kMemory,
                        "sim: out of device memory allocating 4194304 bytes");
   EXPECT_EQ(sim->bytes_in_use(), 0u);
   EXPECT_EQ(AllocTensor(sim, {1 << 10}, DLDataType{kDLFloat, 32, 1})->nbytes(), 4096u);

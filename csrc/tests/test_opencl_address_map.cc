@@ -168,7 +168,7 @@ TEST_F(OpenCLAddressMap, OneBufferIsLimitedByTheDevice) {
   const int64_t limit = rt().info(0).max_alloc_bytes;
   if (limit <= 0) GTEST_SKIP() << "the device reports no CL_DEVICE_MAX_MEM_ALLOC_SIZE";
   const int64_t before = rt().counts(0).allocations;
-  EXPECT_SHAPEFN_ERROR(rt().Alloc(0, static_cast<size_t>(limit) + 1, 64), ErrorKind::kRuntime,
+  EXPECT_SHAPEFN_ERROR(rt().Alloc(0, static_cast<size_t>(limit) + 1, 64), ErrorKind::kMemory,
                        "the device's limit (CL_DEVICE_MAX_MEM_ALLOC_SIZE) is " + std::to_string(limit) + " bytes");
   EXPECT_EQ(rt().counts(0).allocations, before);
   EXPECT_SHAPEFN_ERROR(rt().info(rt().num_devices()), ErrorKind::kValue, "no OpenCL device opencl:");

@@ -330,7 +330,7 @@ TensorRef VirtualMachine::Impl::AlignedHostCopy(const TensorObj& t) {
   const size_t nbytes = t.nbytes();
   const size_t rounded = (nbytes / kKernelBufferAlignment + 1) * kKernelBufferAlignment;
   void* data = std::aligned_alloc(kKernelBufferAlignment, rounded);
-  if (data == nullptr) Fail(ErrorKind::kRuntime, "out of host memory copying an argument");
+  if (data == nullptr) Fail(ErrorKind::kMemory, "out of host memory copying an argument");
   std::memcpy(data, t.data(), nbytes);
   DLTensor view{data,
                 DLDevice{kDLCPU, 0},

@@ -58,6 +58,36 @@ def _is_marker(expr) -> bool:
     return isinstance(expr, ir.Call) and isinstance(expr.op, ir.Op) and expr.op.name == MARKER
 
 
+def _under(expr, condition) -> tirx.PrimExpr:
+    """``expr`` with each of its markers taken only where ``condition``
+    holds (a fifth argument: the marker's own condition and this one)."""
+    def under(call):
+        if not _is_marker(call):
+            return call
+        taken = tirx.And(call.args[4], condition) if len(call.args) > 4 else condition
+        return tirx.call_intrin(str(call.ty.dtype), MARKER, *call.args[:4], taken)
+
+    return tvm_ffi.structural_map(expr, [(ir.Call, under)])
+
+
+def _conditional(node):
+    """``node`` with each marker inside a branch of an ``if_then_else``
+    taken only under that branch's condition (innermost branches first):
+    ``materialize`` reads a store's indices before the store, where the
+    branch's condition does not guard them (the second half of a
+    concatenation reads an index at a position the first half does not
+    have)."""
+    def branch(call):
+        if not (isinstance(call, ir.Call) and isinstance(call.op, ir.Op) and call.op.name == "prim.if_then_else"):
+            return call
+        cond, then, other = call.args
+        if not (_markers(then) or _markers(other)):
+            return call
+        return tirx.if_then_else(cond, _under(then, cond), _under(other, tirx.Not(cond)))
+
+    return tvm_ffi.structural_map(node, [(ir.Call, branch)])
+
+
 def _markers(node) -> list[tirx.Call]:
     found: list[tirx.Call] = []
 
@@ -108,9 +138,10 @@ def materialize(func: tirx.PrimFunc, name: str = "", whats: list[str] | None = N
     zero, one = tirx.const(0, "int64"), tirx.const(1, "int64")
 
     def store(stmt: tirx.BufferStore):
-        markers = _markers(stmt)  # (innermost first: an index may be read at a checked index)
-        if not markers:
+        if not _markers(stmt):
             return stmt
+        stmt = _conditional(stmt)
+        markers = _markers(stmt)  # (innermost first: an index may be read at a checked index)
         seen: dict[int, tuple] = {}  # structural hash of a marker, its inner ones replaced -> (var, clamped)
 
         def replaced(expr):
@@ -129,9 +160,11 @@ def materialize(func: tirx.PrimFunc, name: str = "", whats: list[str] | None = N
                 continue
             key = tvm_ffi.structural_hash(m)
             index, low, high, what = m.args[0], m.args[1], m.args[2], m.args[3].value
+            taken = m.args[4] if len(m.args) > 4 else None  # (read only where a branch's condition holds)
             dtype = str(index.ty.dtype)
             var = tirx.Var("checked", dtype)
-            binds.append(tirx.Bind(var, index))
+            binds.append(tirx.Bind(var, index if taken is None
+                                   else tirx.if_then_else(taken, index, tirx.Cast(dtype, low))))
             wide = tirx.Cast("int64", var)
             top = tirx.Max(high - one, low)
             seen[key] = (var, tirx.Cast(dtype, tirx.Max(tirx.Min(wide, top), low)))
@@ -139,9 +172,11 @@ def materialize(func: tirx.PrimFunc, name: str = "", whats: list[str] | None = N
             writes = tirx.SeqStmt([tirx.BufferStore(record, v, [tirx.const(k, "int64")])
                                    for k, v in enumerate(fields)])
             outside = tirx.Or(wide < low, wide >= high)
+            if taken is not None:
+                outside = tirx.And(taken, outside)
             first = tirx.BufferLoad(record, [zero]) == zero
             reports.append(tirx.IfThenElse(tirx.And(outside, first), writes, None))
-            nonempty.append(low < high)
+            nonempty.append(low < high if taken is None else tirx.Or(tirx.Not(taken), low < high))
         guard = nonempty[0]
         for n in nonempty[1:]:
             guard = tirx.And(guard, n)

@@ -28,6 +28,10 @@ def converter(op_type: str, takes_scalars: bool = False):
     values as shapes, and integer scalars (TVM's PrimValues) only with
     ``takes_scalars``; other inputs as tensors (``onnx._converter_inputs``)."""
     def register(fn):
+        if op_type in CONVERTERS:
+            previous = CONVERTERS[op_type]
+            raise ValueError(f"ONNX operator {op_type!r} already has a converter: "
+                             f"{previous.__module__}.{previous.__qualname__}")
         fn.takes_scalars = takes_scalars
         CONVERTERS[op_type] = fn
         return fn

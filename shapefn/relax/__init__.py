@@ -63,11 +63,12 @@ def pipeline(target, dependence: str = "per-input") -> tvm.transform.Pass:
         # sizes (broadcast from a runtime 1, resize, concat, scatter); TVM's
         # LegalizeOps then legalizes the rest.
         relax.transform.LegalizeOps(customize_legalize_map=legalize_map(gpu)),
-        IndicesClamped,
         ExportKernelsUnderTheirNames,
         *([ScheduleShapefnKernels(target)] if gpu else []),
         *dispatch(target),
         *[q for p in legalize(target) for q in _in_place_of_default_schedule(p, target)],
+        # (after the schedules: a GPU form of a kernel reads checked indices too)
+        IndicesClamped,
         DeduplicateKernels,
         WithoutSizeLimits,
         *[RewriteDataflowReshape if p.info.name == "RewriteDataflowReshape" else p for p in dataflow_lower(target)],

@@ -200,9 +200,9 @@ void* Runtime::Alloc(int device, size_t nbytes, size_t alignment) {
   Device& d = state(device);
   const size_t size = nbytes == 0 ? 1 : nbytes;
   if (d.info.max_alloc_bytes > 0 && size > static_cast<size_t>(d.info.max_alloc_bytes)) {
-    Fail(ErrorKind::kRuntime, OpenCLDeviceName(device) + ": cannot allocate " + std::to_string(nbytes) +
-                                  " bytes in one buffer: the device's limit (CL_DEVICE_MAX_MEM_ALLOC_SIZE) is " +
-                                  std::to_string(d.info.max_alloc_bytes) + " bytes");
+    Fail(ErrorKind::kMemory, OpenCLDeviceName(device) + ": cannot allocate " + std::to_string(nbytes) +
+                                 " bytes in one buffer: the device's limit (CL_DEVICE_MAX_MEM_ALLOC_SIZE) is " +
+                                 std::to_string(d.info.max_alloc_bytes) + " bytes");
   }
   cl_int code = CL_SUCCESS;
   cl_mem mem = api_->clCreateBuffer(context(device), CL_MEM_READ_WRITE, size, nullptr, &code);

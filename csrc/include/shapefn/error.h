@@ -18,6 +18,7 @@ namespace shapefn {
 //   not_found    FileNotFoundError: a file the executable names is missing
 //   format       shapefn.ExecutableFormatError: malformed executable
 //   dependence   shapefn.DataDependenceError: mask contradicts the function
+//   memory       MemoryError: a device cannot allocate what was asked
 //   runtime      RuntimeError: a kernel or device failed
 //   interrupted  KeyboardInterrupt: a signal arrived while the VM ran
 #define SHAPEFN_ERROR_KINDS(X) \
@@ -28,6 +29,7 @@ namespace shapefn {
   X(kNotFound, "not_found")    \
   X(kFormat, "format")         \
   X(kDependence, "dependence") \
+  X(kMemory, "memory")         \
   X(kRuntime, "runtime")       \
   X(kInterrupted, "interrupted")
 
