@@ -264,7 +264,7 @@ def _profile(args) -> None:
 
 
 def _bundle(args) -> None:
-    from .bundle import bundle
+    from .runtime.bundle import bundle
 
     _existing(args.executable, "executable")
     try:
@@ -288,7 +288,7 @@ def _devices(args) -> None:
 
 
 def _cache(args) -> None:
-    from . import config
+    from .runtime import config
 
     root = config.cache_dir()
     if args.action == "info":

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import data_dependence, devices
+from . import data_dependence
 from .bench import roi_slicing
-from .vm import VirtualMachine
+from .runtime import devices
+from .runtime.vm import VirtualMachine
 
 NUM_ROIS = 20
 FMAP_SHAPE = (8, 256, 56, 56)

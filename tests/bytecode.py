@@ -9,7 +9,7 @@ import pytest
 
 import shapefn
 from shapefn import _core
-from shapefn.builder import Param, ProgramBuilder
+from shapefn.runtime.builder import Param, ProgramBuilder
 
 
 def program(params=(), name="main"):

@@ -243,8 +243,8 @@ def assert_parallel_on_gpus(mod: tvm.IRModule, kinds=("cuda",)) -> None:
     all its work in them, and none is a one-thread kernel. CUDA's by
     default: OpenCL's come from the same rules and GPU forms (only the
     limits differ), and a model compiled for OpenCL builds them anyway."""
-    from shapefn.compiler import target_schedule
     from shapefn.compiler.compile import scheduled_kernels
+    from shapefn.compiler.schedules import target_schedule
 
     for kind in kinds:
         scheduled = scheduled_kernels(mod, kind)

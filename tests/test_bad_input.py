@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 from tvm import relax, tirx
 
 import shapefn
-import shapefn.frontend.onnx
+import shapefn.frontend.onnx.importer
 from conftest import DEVICES, device_target, opencl
 from shapefn import InvalidOnnxModel, Param, ProgramBuilder, UnsupportedOnnxOp
 from shapefn.compiler import hand_built as kernels
@@ -260,7 +260,7 @@ def test_unsupported_onnx_ops_are_all_listed_with_their_nodes_before_conversion(
     def no_conversion(*args):
         raise AssertionError("a node was converted before the model was checked")
 
-    monkeypatch.setattr(shapefn.frontend.onnx._Importer, "_construct_node", no_conversion)
+    monkeypatch.setattr(shapefn.frontend.onnx.importer._Importer, "_construct_node", no_conversion)
     with pytest.raises(UnsupportedOnnxOp) as info:
         shapefn.from_onnx(model)
     assert str(info.value) == ("ONNX operators not supported: StringSplit (node 'split_in_branch'); "

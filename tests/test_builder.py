@@ -1,5 +1,5 @@
 """The builder on its own: one typed method per instruction of the table,
-generated from it (shapefn/_instructions.py and builder.pyi match what
+generated from it (shapefn/runtime/_instructions.py and builder.pyi match what
 tools/gen_builder.py makes of ``_core.isa_operands()``), the written
 destination optional, and what it encodes equal to the table's layout."""
 import importlib.util
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from shapefn import _core
-from shapefn._instructions import InstructionMethods
-from shapefn.builder import FunctionBuilder, Label, Param, ProgramBuilder, Reg
+from shapefn.runtime._instructions import InstructionMethods
+from shapefn.runtime.builder import FunctionBuilder, Label, Param, ProgramBuilder, Reg
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -22,7 +22,7 @@ def generator():
     return module
 
 
-@pytest.mark.parametrize("path", ["shapefn/_instructions.py", "shapefn/builder.pyi"])
+@pytest.mark.parametrize("path", ["shapefn/runtime/_instructions.py", "shapefn/runtime/builder.pyi"])
 def test_generated_files_match_the_instruction_table(path):
     gen = generator()
     want = gen.outputs(_core.isa_operands())[REPO / path]

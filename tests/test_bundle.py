@@ -18,7 +18,7 @@ from test_runner import DynamicSlice, installed_runner, run_ok, save_inputs
 import shapefn
 from conftest import opencl
 from shapefn import ExecutableFormatError
-from shapefn.bundle import bundle
+from shapefn.runtime.bundle import bundle
 
 pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
 

@@ -6,7 +6,7 @@ import pytest
 from bytecode import lines, program, rejected, run
 
 from shapefn import Label
-from shapefn.builder import Param, Reg
+from shapefn.runtime.builder import Param, Reg
 
 pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
 

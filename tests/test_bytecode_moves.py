@@ -6,7 +6,7 @@ import pytest
 from bytecode import lines, program, rejected, run
 
 import shapefn
-from shapefn.builder import Reg
+from shapefn.runtime.builder import Reg
 
 pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
 

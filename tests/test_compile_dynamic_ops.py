@@ -14,7 +14,7 @@ from tvm import relax
 
 import shapefn
 from conftest import DEVICES, opencl, relax_main, run_on_devices, sym
-from shapefn import ops
+from shapefn.compiler import ops
 
 
 @pytest.fixture
@@ -209,7 +209,7 @@ def test_non_max_suppression_reads_back_only_values_and_count(nms_exe, device, o
     assert vm.counters["d2h_bytes"] == 8 + 8
 
 
-# -- ops through shapefn.ops (runtime values Relax cannot express) -----------
+# -- ops through shapefn.compiler.ops (runtime values Relax cannot express) -----------
 
 @pytest.fixture(scope="module")
 def topk_exe():

@@ -12,9 +12,9 @@ import pytest
 import tvm_ffi
 from test_onnx_ops import F, model, node, uniform
 
-from shapefn.compiler import cpu_schedule, target_schedule
 from shapefn.compiler.kernels import cpu_conv, cpu_dense, cpu_depthwise
-from shapefn.compiler.relax_passes import lower
+from shapefn.compiler.passes.relax_passes import lower
+from shapefn.compiler.schedules import cpu_schedule, target_schedule
 from shapefn.frontend import from_onnx
 
 rng = np.random.default_rng(1)

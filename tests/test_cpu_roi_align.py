@@ -10,8 +10,9 @@ from onnx import TensorProto
 from test_onnx_ops import model, node
 
 import shapefn
-from shapefn.compiler import relax_passes, target_schedule
 from shapefn.compiler.kernels import cpu_roi_align
+from shapefn.compiler.passes import relax_passes
+from shapefn.compiler.schedules import target_schedule
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 rng = np.random.default_rng(3)

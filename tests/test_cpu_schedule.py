@@ -8,10 +8,10 @@ import pytest
 import tvm
 from tvm import relax, tirx
 
-from shapefn.compiler import cpu_schedule, target_schedule
 from shapefn.compiler.compile import lower
 from shapefn.compiler.kernels import cpu_conv
-from shapefn.compiler.legalize import legalize_map
+from shapefn.compiler.passes.legalize import legalize_map
+from shapefn.compiler.schedules import cpu_schedule, target_schedule
 
 
 def legalized(build_body, params):

@@ -28,7 +28,7 @@ from test_onnx_mask_head import detections, mask_head_model
 
 import shapefn
 from conftest import ProfilingExample
-from shapefn.compiler import cuda_fatbin, kernel_cache
+from shapefn.compiler.machine_code import cuda_fatbin, kernel_cache
 from shapefn.frontend import from_onnx
 
 HOST_SUFFIX = "_host"  # what a GPU build names the host copy of a kernel

@@ -4,7 +4,8 @@ device names, parsed by shapefn::ParseDeviceName alone."""
 import pytest
 
 import shapefn
-from shapefn import _core, devices
+from shapefn import _core
+from shapefn.runtime import devices
 
 pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
 
@@ -17,7 +18,7 @@ def test_device_slots_come_from_cpp():
 def test_builder_uses_the_cpp_device_slots():
     """Each slot name the builder takes reaches C++ as that slot: the
     disassembler, which names slots itself (DeviceSlotName), gives it back."""
-    from shapefn.builder import Param, ProgramBuilder
+    from shapefn.runtime.builder import Param, ProgramBuilder
 
     pb = ProgramBuilder()
     fb = pb.function("main", [Param(f"x_{name}", "float32", (2,), device=name) for name in devices.DEVICE_SLOTS])

@@ -39,8 +39,8 @@ def test_sim_copy_engine_models_pcie_transfer_time():
 
 
 def test_sim_defaults_are_pcie4_x16_like():
-    assert shapefn.devices.DEFAULT_BANDWIDTH_BYTES_PER_S == 25e9
-    assert shapefn.devices.DEFAULT_LATENCY_S == 10e-6
+    assert shapefn.runtime.devices.DEFAULT_BANDWIDTH_BYTES_PER_S == 25e9
+    assert shapefn.runtime.devices.DEFAULT_LATENCY_S == 10e-6
 
 
 @pytest.mark.parametrize("kwargs", [{"bandwidth_bytes_per_s": 0}, {"latency_s": -1.0}, {"arena_bytes": 0}])

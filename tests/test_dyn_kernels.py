@@ -14,7 +14,7 @@ from tvm.script import tirx as T
 from shapefn.compiler.hand_built import build
 from shapefn.compiler.kernels import dynamic as dyn_kernels
 from shapefn.compiler.kernels import resize
-from shapefn.compiler.legalize import legalize_broadcast_to, legalize_resize2d
+from shapefn.compiler.passes.legalize import legalize_broadcast_to, legalize_resize2d
 
 
 def run_onnx(op, inputs, num_outputs=1, **attrs):

@@ -1,5 +1,5 @@
 """The one error path: every C++ error kind raises the class
-``shapefn.errors.EXCEPTION_OF_KIND`` gives it, through the pybind11 bindings
+``shapefn.runtime.errors.EXCEPTION_OF_KIND`` gives it, through the pybind11 bindings
 and the Cython call path alike, and an error raised inside a tvm-ffi callee
 (a kernel, a Python shape function) reaches the caller chained as the
 ``__cause__``, with its own class and traceback."""
@@ -11,7 +11,7 @@ import tvm_ffi
 
 import shapefn
 from shapefn import Param, ProgramBuilder, _core
-from shapefn.errors import EXCEPTION_OF_KIND, DataDependenceError, ExecutableFormatError
+from shapefn.runtime.errors import EXCEPTION_OF_KIND, DataDependenceError, ExecutableFormatError
 
 pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
 

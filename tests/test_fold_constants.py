@@ -7,9 +7,9 @@ from tvm import relax, tirx
 
 import shapefn
 from conftest import DEVICES, opencl, run_on_devices
-from shapefn.compiler import kernel_cache
-from shapefn.compiler.fold_constants import fold_constant_kernels
-from shapefn.compiler.legalize import legalize_map
+from shapefn.compiler.machine_code import kernel_cache
+from shapefn.compiler.passes.fold_constants import fold_constant_kernels
+from shapefn.compiler.passes.legalize import legalize_map
 
 
 @pytest.fixture

@@ -11,11 +11,11 @@ import tvm
 
 from conftest import opencl
 from shapefn.compiler import hand_built as kernels
-from shapefn.compiler import index_checks
 from shapefn.compiler.kernels import concat, scatter
 from shapefn.compiler.kernels import count as count_kernels
 from shapefn.compiler.kernels import dynamic as dyn_kernels
 from shapefn.compiler.kernels import gpu as gpu_kernels
+from shapefn.compiler.passes import index_checks
 
 OPENCL = tvm.target.Target("opencl", host="llvm")
 

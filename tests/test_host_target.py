@@ -13,7 +13,7 @@ from tvm.script import relax as R
 
 import shapefn
 from shapefn import _core
-from shapefn.compiler import target_schedule
+from shapefn.compiler.schedules import target_schedule
 
 
 @R.function

@@ -1,5 +1,6 @@
 """The package's import graph has no cycles, and its dependencies point one
-way: runtime <- compiler <- frontends <- tools (``LAYERS``).
+way: runtime <- compiler <- frontends <- tools (``LAYERS``), each layer a
+folder of the package.
 
 The graph is read from the source (``ast`` over ``shapefn/**/*.py``), with
 every import statement wherever it stands: at module level, inside a
@@ -115,42 +116,36 @@ def test_graph_sees_function_level_and_relative_imports():
     relative imports of modules and of names, and subpackage __init__s."""
     graph = import_graph()
     assert "shapefn.frontend" in graph["shapefn"]  # shapefn/__init__: a lazy ``from .frontend import``
-    assert "shapefn.compiler.placement" in graph["shapefn.compiler.codegen"]
-    assert "shapefn.compiler" in graph["shapefn.frontend.onnx_converters"]  # shapefn.compiler.x's __init__
-    assert "shapefn.compiler" not in graph["shapefn.compiler.codegen"]  # its own package
-    assert "shapefn.config" in graph["shapefn.compiler.kernel_cache"]  # ``from .. import config``
+    assert "shapefn.compiler.passes.placement" in graph["shapefn.compiler.codegen.bytecode"]
+    assert "shapefn.compiler" in graph["shapefn.frontend.onnx.ops.shapes"]  # shapefn.compiler.x's __init__
+    assert "shapefn.compiler" not in graph["shapefn.compiler.codegen.bytecode"]  # its own package
+    assert "shapefn.runtime.config" in graph["shapefn.compiler.machine_code.kernel_cache"]  # ``from ...runtime import``
 
 
-# The layers, lowest first: a module may import its own layer and those
-# below it. The runtime loads and runs executables; the compiler turns Relax
-# modules (and shape functions written in Python) into them; frontends turn
-# other formats into Relax modules; tools are the commands and benchmarks.
-LAYERS = {
-    "runtime": ["shapefn._instructions", "shapefn._operands", "shapefn.builder", "shapefn.bundle",
-                "shapefn.config", "shapefn.devices", "shapefn.errors", "shapefn.executable",
-                "shapefn.host_threads", "shapefn.libraries", "shapefn.profiler", "shapefn.progress",
-                "shapefn.vm"],
-    "compiler": ["shapefn.compiler", "shapefn.ops", "shapefn.registry", "shapefn.relax"],
-    "frontend": ["shapefn.frontend", "shapefn.onnx_backend"],
-    "tools": ["shapefn", "shapefn.bench", "shapefn.cli", "shapefn.demo"],
-}
+# The layers, lowest first, each a folder of the package: a module may
+# import its own layer and those below it. The runtime loads and runs
+# executables; the compiler turns Relax modules (and shape functions written
+# in Python) into them; frontends turn other formats into Relax modules.
+# Everything else (the facade, the commands, the benchmarks) is the tools'
+# layer, above them all.
+LAYERS = ["runtime", "compiler", "frontend", "tools"]
 
 
 def layer_of(module: str) -> int:
-    """The index in ``LAYERS`` of the layer of ``module`` (the longest
-    prefix listed; a package's prefix covers its submodules)."""
-    best = None
-    for index, prefixes in enumerate(LAYERS.values()):
-        for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and (
-                    best is None or len(prefix) > len(best[1])):
-                best = (index, prefix)
-    assert best is not None, f"{module} is in no layer: add it to LAYERS"
-    return best[0]
+    """The index in ``LAYERS`` of ``module``'s layer: the folder it is in."""
+    folder = module.split(".")[1] if module.count(".") else None
+    return LAYERS.index(folder) if folder in LAYERS[:-1] else len(LAYERS) - 1
+
+
+def test_the_layers_are_the_package_folders():
+    folders = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    assert set(LAYERS[:-1]) <= folders
+    assert layer_of("shapefn.runtime.vm") == 0 and layer_of("shapefn.compiler.passes.placement") == 1
+    assert layer_of("shapefn.frontend.onnx.importer") == 2 and layer_of("shapefn.cli") == layer_of("shapefn") == 3
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    names = list(LAYERS)
+    names = LAYERS
     return sorted(f"{m} ({names[layer_of(m)]}) imports {t} ({names[layer_of(t)]})"
                   for m, targets in graph.items() for t in targets if layer_of(t) > layer_of(m))
 
@@ -161,8 +156,8 @@ def test_every_module_is_in_one_layer_and_imports_only_its_own_or_lower_ones():
 
 
 def test_an_upward_import_is_found():
-    graph = {"shapefn.vm": {"shapefn.compiler.compile"}, "shapefn.compiler.compile": {"shapefn.vm"}}
-    assert upward_imports(graph) == ["shapefn.vm (runtime) imports shapefn.compiler.compile (compiler)"]
+    graph = {"shapefn.runtime.vm": {"shapefn.compiler.compile"}, "shapefn.compiler.compile": {"shapefn.runtime.vm"}}
+    assert upward_imports(graph) == ["shapefn.runtime.vm (runtime) imports shapefn.compiler.compile (compiler)"]
 
 
 @pytest.mark.parametrize("graph, cycle", [
@@ -172,3 +167,42 @@ def test_an_upward_import_is_found():
 ])
 def test_find_cycle(graph, cycle):
     assert find_cycle(graph) == cycle
+
+
+RUN_SAVED = """
+import json, sys
+import numpy as np
+import shapefn
+
+exe = shapefn.Executable.load(sys.argv[1])
+out = shapefn.VirtualMachine(exe, sys.argv[2])(np.array([[-1.0, 2.0, -3.0]], np.float32)).numpy()
+print(json.dumps({"out": out.tolist(), "modules": sorted(sys.modules)}))
+"""
+
+
+@pytest.mark.parametrize("device", ["host", "sim"])
+def test_a_saved_executable_runs_without_the_compiler_or_tvms_python_package(tmp_path, device):
+    import json
+    import subprocess
+    import sys
+
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    import shapefn
+
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "r"], ["y"])],
+                              "m", [vi("x", TensorProto.FLOAT, ["n", 3])], [vi("y", TensorProto.FLOAT, ["n", 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.sfx"
+    shapefn.compile(shapefn.from_onnx(model), device).save(path)
+    run = subprocess.run([sys.executable, "-c", RUN_SAVED, str(path), device], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    np.testing.assert_array_equal(result["out"], [[0.0, 4.0, 0.0]])
+    imported = [m for m in result["modules"]
+                if m == "tvm" or m.startswith(("tvm.", "shapefn.compiler", "shapefn.frontend", "onnx"))]
+    assert imported == []
+    assert "shapefn.runtime.vm" in result["modules"] and "tvm_ffi" in result["modules"]

@@ -264,10 +264,10 @@ def test_tvms_vm_clamps_instead(target):
     import tvm
     from tvm import relax
 
-    import shapefn.relax
+    from shapefn.compiler import relax_vm
 
-    exe = shapefn.relax.runnable(tvm.compile(shapefn.from_onnx(_embedding_model()), target=target,
-                                             relax_pipeline=shapefn.relax.pipeline(target)))
+    exe = relax_vm.runnable(tvm.compile(shapefn.from_onnx(_embedding_model()), target=target,
+                                             relax_pipeline=relax_vm.pipeline(target)))
     device = tvm.cpu() if target == "llvm" else tvm.opencl()
     vm = relax.VirtualMachine(exe, device)
     table = np.arange(32, dtype=np.float32).reshape(8, 4)
@@ -293,3 +293,43 @@ def test_an_index_read_in_one_branch_of_a_concatenation_is_checked_only_there(de
     vm = shapefn.VirtualMachine(shapefn.compile(shapefn.from_onnx(model), device),
                                 shapefn.sim(strict=True) if device == "sim" else device)
     np.testing.assert_array_equal(vm(batch, boxes).numpy(), np.concatenate([batch, boxes[:, [1, 0, 3, 2]]], 1))
+
+
+def _node_count(node) -> int:
+    import tvm_ffi
+    from tvm import ir
+
+    count = [0]
+
+    def visit(_):
+        count[0] += 1
+
+    tvm_ffi.structural_walk(node, [(ir.Expr, visit)])
+    return count[0]
+
+
+def _chained_gathers(depth: int):
+    """``out[0] = a[a[...a[0]...]]``, each index checked and counted from the end."""
+    from tvm import tirx
+
+    from shapefn.compiler.passes.index_checks import from_end
+
+    n = tirx.Var("n", "int64")
+    a = tirx.decl_buffer([n], "int64", name="a")
+    out = tirx.decl_buffer([1], "int64", name="out")
+    index = tirx.const(0, "int64")
+    for level in range(depth):
+        index = tirx.BufferLoad(a, [from_end(index, n, f"gather {level}: index")])
+    return tirx.PrimFunc([a, out], tirx.BufferStore(out, index, [tirx.const(0, "int64")]))
+
+
+def test_checks_of_indices_read_at_checked_indices_grow_with_the_chain_not_exponentially():
+    # An index read at a checked index (a gather of a gather, a resize's
+    # coordinate) sits inside a condition of its own check: making each
+    # branch's checks conditional on it once nested conditions inside
+    # conditions, the kernel growing fourfold per level (a Resize on OpenCL
+    # whose compile never ended). Each level adds the same checks.
+    from shapefn.compiler.passes.index_checks import materialize
+
+    sizes = [_node_count(materialize(_chained_gathers(depth)).body) for depth in (1, 2, 3)]
+    assert sizes[2] - sizes[1] <= 1.5 * (sizes[1] - sizes[0]), sizes  # (without: 481, 2367, 9362)

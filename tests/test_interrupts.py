@@ -17,12 +17,12 @@ import pytest
 
 # (module, function): where the signal is delivered, one per phase.
 PHASES = {
-    "import": ("shapefn.frontend.onnx_indexing", "gather"),
-    "lowering data-dependent ops": ("shapefn.compiler.lower_dynamic", "lower_dynamic_ops"),
-    "a Python pass inside TVM's pass manager": ("shapefn.compiler.rewrites", "reshapes_as_views"),
-    "placement": ("shapefn.compiler.placement", "place_module"),
-    "scheduling": ("shapefn.compiler.target_schedule", "schedule"),
-    "building kernels": ("shapefn.compiler.kernel_cache", "_compile"),
+    "import": ("shapefn.frontend.onnx.ops.indexing", "gather"),
+    "lowering data-dependent ops": ("shapefn.compiler.passes.lower_dynamic", "lower_dynamic_ops"),
+    "a Python pass inside TVM's pass manager": ("shapefn.compiler.passes.rewrites", "reshapes_as_views"),
+    "placement": ("shapefn.compiler.passes.placement", "place_module"),
+    "scheduling": ("shapefn.compiler.schedules.target_schedule", "schedule"),
+    "building kernels": ("shapefn.compiler.machine_code.kernel_cache", "_compile"),
 }
 
 SCRIPT = textwrap.dedent("""
@@ -47,10 +47,10 @@ SCRIPT = textwrap.dedent("""
     def patch(function):
         # function in place of the original wherever the compile looks it up
         setattr(module, sys.argv[2], function)
-        if sys.argv[1] == "shapefn.frontend.onnx_indexing":
-            from shapefn.frontend import onnx_converters
-            onnx_converters.CONVERTERS["Gather"] = function
-        for name in ("shapefn.compiler.compile", "shapefn.compiler.relax_passes"):
+        if sys.argv[1] == "shapefn.frontend.onnx.ops.indexing":
+            from shapefn.frontend.onnx import registry
+            registry.CONVERTERS["Gather"] = function
+        for name in ("shapefn.compiler.compile", "shapefn.compiler.passes.relax_passes"):
             m = importlib.import_module(name)
             if hasattr(m, sys.argv[2]):
                 setattr(m, sys.argv[2], function)

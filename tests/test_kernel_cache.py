@@ -20,8 +20,8 @@ from tvm.script import tirx as T
 
 import shapefn
 from shapefn.compiler import hand_built as kernels
-from shapefn.compiler import kernel_cache
-from shapefn.compiler.relax_passes import without_fusion
+from shapefn.compiler.machine_code import kernel_cache
+from shapefn.compiler.passes.relax_passes import without_fusion
 
 
 @pytest.fixture
@@ -291,7 +291,7 @@ _COMPILE_FOR_OPENCL = """
 import json, sys, shapefn
 sys.path.insert(0, {tests!r})
 from test_kernel_cache import many_sizes
-from shapefn.compiler import kernel_cache
+from shapefn.compiler.machine_code import kernel_cache
 shapefn.set_cache_dir({cache!r})
 shapefn.compile(many_sizes(), "opencl")
 print(json.dumps(kernel_cache.stats().misses))
@@ -315,7 +315,7 @@ def test_a_warm_gpu_compile_in_another_process_builds_nothing(cache_dir):
 def test_size_parameters_are_ordered_by_first_occurrence():
     """The same kernel with its size parameters in two orders becomes one
     kernel, and the call's size arguments move with the parameters."""
-    from shapefn.compiler import te_params
+    from shapefn.compiler.kernels import te_params
     a, b, c = (tirx.Var(name, "int64") for name in "abc")
     x = te.placeholder((a * b + c,), "float32", name="x")
     y = te.compute((a * b + c,), lambda i: x[i] + 1.0, name="y")

@@ -8,10 +8,10 @@ from tvm import relax, tirx
 
 import shapefn
 from conftest import DEVICES, device_target, opencl, run_on_devices
-from shapefn.compiler import target_schedule
 from shapefn.compiler.compile import lower
-from shapefn.compiler.legalize import SEQUENTIAL_CONCAT_MAX_INPUTS, SEQUENTIAL_CONCAT_MIN_SYMBOLIC_INPUTS
-from shapefn.compiler.lower_dynamic import lower_dynamic_ops
+from shapefn.compiler.passes.legalize import SEQUENTIAL_CONCAT_MAX_INPUTS, SEQUENTIAL_CONCAT_MIN_SYMBOLIC_INPUTS
+from shapefn.compiler.passes.lower_dynamic import lower_dynamic_ops
+from shapefn.compiler.schedules import target_schedule
 
 
 def relax_vm(mod, *args):

@@ -19,8 +19,8 @@ from tvm import relax
 
 import shapefn
 from conftest import DEVICES, device_independent
-from shapefn.compiler import host_params, placement
 from shapefn.compiler.compile import lower, lower_dynamic_ops
+from shapefn.compiler.passes import host_params, placement
 
 pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
 

@@ -9,7 +9,7 @@ strict sim; Faster R-CNN, the model with more kinds of kernels (RoI align,
 per-level NMS), also on OpenCL, compiled for CUDA and checked as
 test_cuda_build.py checks its programs (no GPU here: built, not run), and on
 TVM's ``relax.VirtualMachine`` (``tvm.compile`` with
-``shapefn.relax.pipeline`` for OpenCL; TVM's own importer and default
+``relax_vm.pipeline`` for OpenCL; TVM's own importer and default
 pipeline cannot run them): detections match onnxruntime's, and an inference
 copies and waits exactly as under shapefn's VM. SSD-lite's GPU schedules are
 not checked here: its kernels are SSD300's (test_torchvision_models.py)."""
@@ -30,9 +30,9 @@ from test_cuda_build import (
 from tvm import relax
 
 import shapefn
-import shapefn.relax
 from conftest import DEVICE_INDEPENDENT_COUNTERS, opencl
 from shapefn.bench.models import materialize
+from shapefn.compiler import relax_vm
 from shapefn.frontend import from_onnx
 
 pytestmark = pytest.mark.model
@@ -93,13 +93,13 @@ class Compiled:
         return shapefn.VirtualMachine(exe, shapefn.sim(strict=True) if device == "sim" else device)
 
     def tvm_vm(self, name, target="opencl"):
-        """The model compiled by ``tvm.compile`` with ``shapefn.relax.pipeline``
+        """The model compiled by ``tvm.compile`` with ``relax_vm.pipeline``
         for ``target`` ("opencl" or "llvm"), on TVM's ``relax.VirtualMachine``."""
         key = (name, "tvm.compile", target)
         if key not in self.executables:
             self.session(name)
-            self.executables[key] = shapefn.relax.runnable(tvm.compile(
-                from_onnx(self.protos[name]), target=target, relax_pipeline=shapefn.relax.pipeline(target)))
+            self.executables[key] = relax_vm.runnable(tvm.compile(
+                from_onnx(self.protos[name]), target=target, relax_pipeline=relax_vm.pipeline(target)))
         return relax.VirtualMachine(self.executables[key], TVM_DEVICES[target]())
 
 

@@ -1,10 +1,10 @@
 """ONNX's own conformance runner (``onnx.backend.test.BackendTest``) over
-``shapefn.onnx_backend``, on ``sim`` and on ``opencl``: a sample of its node
+``shapefn.frontend.onnx.backend``, on ``sim`` and on ``opencl``: a sample of its node
 tests, one or a few per operator family (reference inputs and outputs from
 the ``onnx`` package, compared with the suite's tolerances)."""
 import onnx.backend.test
 
-import shapefn.onnx_backend
+import shapefn.frontend.onnx.backend
 from conftest import opencl
 
 # Node tests, by operator family.
@@ -23,7 +23,7 @@ SAMPLE = [
 
 
 
-class OpenCLBackend(shapefn.onnx_backend.ShapefnBackend):
+class OpenCLBackend(shapefn.frontend.onnx.backend.ShapefnBackend):
     """ONNX's "CPU" as shapefn's ``opencl`` device."""
 
     @classmethod
@@ -45,5 +45,5 @@ def _sample(backend, prefix: str, mark=None) -> None:
         globals()[case.__name__] = mark(case) if mark is not None else case
 
 
-_sample(shapefn.onnx_backend, "Sim")
+_sample(shapefn.frontend.onnx.backend, "Sim")
 _sample(OpenCLBackend, "OpenCL", opencl)

@@ -1,6 +1,6 @@
 """ONNX's conformance runner over TVM's own VM with shapefn's pipeline: one
 node test per operator, imported by ``shapefn.frontend.from_onnx``, built
-by ``tvm.compile(..., relax_pipeline=shapefn.relax.pipeline("llvm"))`` and
+by ``tvm.compile(..., relax_pipeline=relax_vm.pipeline("llvm"))`` and
 run on an unmodified ``relax.VirtualMachine`` — what the pipeline covers,
 measured by the suite that measures shapefn's VM.
 
@@ -24,9 +24,9 @@ from onnx.backend.base import Backend, BackendRep
 from test_onnx_backend_suite import expected_failures
 from tvm import relax
 
-import shapefn.relax
+from shapefn.compiler import relax_vm
 from shapefn.frontend import from_onnx
-from shapefn.frontend.onnx_sequence_inputs import is_sequence
+from shapefn.frontend.onnx.sequence_inputs import is_sequence
 
 pytestmark = pytest.mark.model  # (a compile per case: not under the sanitizer)
 
@@ -69,7 +69,7 @@ class RelaxVMRep(BackendRep):
         args = [inputs[n] for n in self.inputs] if isinstance(inputs, dict) else list(inputs)
         lengths = {n: len(a) for n, a in zip(self.inputs, args, strict=True) if isinstance(a, list)}
         mod = from_onnx(self.model, sequence_lengths=lengths)
-        library = tvm.compile(mod, target="llvm", relax_pipeline=shapefn.relax.pipeline("llvm"))
+        library = tvm.compile(mod, target="llvm", relax_pipeline=relax_vm.pipeline("llvm"))
         flat = [item for a in args for item in (a if isinstance(a, list) else [a])]
         result = relax.VirtualMachine(library, tvm.cpu())["main"](*[tvm.runtime.tensor(np.asarray(a)) for a in flat])
         items = [result] if len(self.sequences) == 1 else list(result)

@@ -1,4 +1,4 @@
-"""ONNX's whole conformance suite through ``shapefn.onnx_backend`` on
+"""ONNX's whole conformance suite through ``shapefn.frontend.onnx.backend`` on
 ``sim``: every node test, and the ``simple``, ``pytorch-converted`` and
 ``pytorch-operator`` models the ``onnx`` package ships (not the ``real``
 models, which it downloads), by ONNX's own runner
@@ -16,7 +16,7 @@ import re
 import onnx.backend.test
 import pytest
 
-import shapefn.onnx_backend
+import shapefn.frontend.onnx.backend
 
 pytestmark = pytest.mark.model  # (a compile per case: not under the sanitizer)
 
@@ -36,7 +36,7 @@ def expected_failures() -> dict[str, str]:
 
 
 def _suite() -> None:
-    runner = onnx.backend.test.BackendTest(shapefn.onnx_backend, __name__)
+    runner = onnx.backend.test.BackendTest(shapefn.frontend.onnx.backend, __name__)
     runner.include(r"_cpu$")
     for name in expected_failures():
         runner.xfail(rf"^{re.escape(name)}$")

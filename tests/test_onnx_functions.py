@@ -1,4 +1,4 @@
-"""Operators ONNX defines as functions (``frontend/onnx_functions.py``):
+"""Operators ONNX defines as functions (``frontend/onnx/functions.py``):
 imported as their function bodies, on a strict sim and on opencl
 (``onnx_check``) against onnxruntime, with sizes known only at run time.
 Attention (opset 23) in its three layouts — 3-D with grouped key/value
@@ -11,8 +11,8 @@ from test_onnx_ops import model, node, uniform
 
 import shapefn
 from conftest import need_opencl, opencl
-from shapefn.errors import InvalidOnnxModel, UnsupportedOnnxOp
 from shapefn.frontend import from_onnx
+from shapefn.runtime.errors import InvalidOnnxModel, UnsupportedOnnxOp
 
 F, B = TensorProto.FLOAT, TensorProto.BOOL
 rng = np.random.default_rng(5)

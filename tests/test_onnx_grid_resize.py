@@ -1,5 +1,5 @@
-"""AffineGrid (``frontend/onnx_grid.py``), Resize's tf_crop_and_resize and
-antialias modes and Upsample (``frontend/onnx_resize.py``) on a strict sim
+"""AffineGrid (``frontend/onnx/ops/grid.py``), Resize's tf_crop_and_resize and
+antialias modes and Upsample (``frontend/onnx/ops/resize.py``) on a strict sim
 and on opencl, each model with a batch size known only at run time, fed
 two. Compared with onnxruntime (``onnx_check``) where it computes what
 ONNX's reference computes, else with ONNX's reference (``reference_check``,

@@ -5,7 +5,7 @@ enclosing graph's values, trip counts computed at run time, a mask-pasting
 loop, nested loops, and a 10,000-iteration loop (the self tail call is a
 jump, so the VM's call depth does not grow), a loop carrying a sequence
 (unrolled). ONNX ``Scan`` too, which
-shapefn imports as the Loop it is (``frontend/onnx_scan.py``)."""
+shapefn imports as the Loop it is (``frontend/onnx/scan.py``)."""
 import numpy as np
 import pytest
 import tvm

@@ -1,5 +1,5 @@
 """ONNX's NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (shapefn's
-converters, ``frontend/onnx_losses.py``) on a strict sim and on opencl
+converters, ``frontend/onnx/ops/losses.py``) on a strict sim and on opencl
 (``onnx_check``) against onnxruntime: every reduction, class weights,
 ``ignore_index`` (in range and negative) and inputs of rank 2 and 4. ONNX's
 own node tests of both run in ``test_onnx_backend_suite.py``."""

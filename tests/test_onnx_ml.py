@@ -1,4 +1,4 @@
-"""ONNX's ``ai.onnx.ml`` operators shapefn converts (``frontend/onnx_ml.py``)
+"""ONNX's ``ai.onnx.ml`` operators shapefn converts (``frontend/onnx/ops/ml.py``)
 on a strict sim and on opencl (``onnx_check``) against onnxruntime, beside
 the default domain's; and the domain's other operators refused by name."""
 import numpy as np

@@ -1,6 +1,6 @@
 """ONNX's QLinearMatMul, QLinearConv, ConvInteger and blocked
 QuantizeLinear / DequantizeLinear (shapefn's converters,
-``frontend/onnx_quantized.py``) on a strict sim and on opencl
+``frontend/onnx/ops/quantized.py``) on a strict sim and on opencl
 (``onnx_check``) against onnxruntime, exactly: int8 and uint8, per-tensor,
 per-column / per-output-channel and blocked scales, scales given at run
 time, products that round at exact halves, saturation at both ends, and
@@ -14,8 +14,8 @@ from onnx.reference import ReferenceEvaluator
 from test_onnx_ops import model, node
 
 import shapefn
-from shapefn.errors import UnsupportedOnnxOp
 from shapefn.frontend import from_onnx
+from shapefn.runtime.errors import UnsupportedOnnxOp
 
 F, F16, I8, U8, I32 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT8, TensorProto.UINT8, TensorProto.INT32
 rng = np.random.default_rng(11)

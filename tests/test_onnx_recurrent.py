@@ -1,5 +1,5 @@
 """ONNX's RNN, GRU and LSTM (shapefn's converters,
-``frontend/onnx_recurrent.py``) on a strict sim and on opencl against
+``frontend/onnx/ops/recurrent.py``) on a strict sim and on opencl against
 onnxruntime (``onnx_check``): each direction, biases, initial states,
 peepholes, ``sequence_lens`` (an entry of length 0 too), ``clip``, other
 activations, GRU's ``linear_before_reset``, LSTM's ``input_forget``;
@@ -12,8 +12,8 @@ from onnx import TensorProto, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from test_onnx_ops import model, node, uniform
 
-from shapefn.errors import InvalidOnnxModel, UnsupportedOnnxOp
 from shapefn.frontend import from_onnx
+from shapefn.runtime.errors import InvalidOnnxModel, UnsupportedOnnxOp
 
 F, I32 = TensorProto.FLOAT, TensorProto.INT32
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}

@@ -1,4 +1,4 @@
-"""Graph inputs that are sequences of tensors (``frontend/onnx_sequence_inputs.py``):
+"""Graph inputs that are sequences of tensors (``frontend/onnx/sequence_inputs.py``):
 imported for a given length, they become that many tensor inputs, of
 shapes of their own; SequenceMap over them (unrolled) and ONNX's backend
 (compiling once per length seen), on sim and opencl against onnxruntime."""
@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 from test_onnx_ops import uniform
 
 import shapefn
-import shapefn.onnx_backend
+import shapefn.frontend.onnx.backend
 from conftest import need_opencl, opencl
 from shapefn.frontend import from_onnx
 
@@ -50,7 +50,7 @@ def test_a_sequence_input_matches_onnxruntime(device):
 def test_the_backend_compiles_once_per_length():
     m = mapped_model()
     session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    rep = shapefn.onnx_backend.prepare(m, "sim")
+    rep = shapefn.frontend.onnx.backend.prepare(m, "sim")
     for xs in ([uniform((2, 3)), uniform((4, 3))], [uniform((1, 3))], [uniform((3, 3)), uniform((0, 3))]):
         y = uniform(3)
         zs, total = rep.run([xs, y])
@@ -81,7 +81,7 @@ def test_an_optional_sequence_input_given_a_sequence_matches_onnxruntime():
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
     session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     xs = [uniform(n) for n in (3, 1, 4)]
-    (got,) = shapefn.onnx_backend.prepare(m, "sim").run([xs])
+    (got,) = shapefn.frontend.onnx.backend.prepare(m, "sim").run([xs])
     np.testing.assert_array_equal(got, session.run(None, {"opt": xs})[0])
 
 
@@ -92,4 +92,4 @@ def test_an_absent_optional_input_is_refused_by_the_backend_naming_it():
             helper.make_tensor_type_proto(F, [2])))], [helper.make_tensor_value_info("has", TensorProto.BOOL, [])]),
         opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
     with pytest.raises(TypeError, match="input 'opt' is None"):
-        shapefn.onnx_backend.prepare(m, "sim").run([None])
+        shapefn.frontend.onnx.backend.prepare(m, "sim").run([None])

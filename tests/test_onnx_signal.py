@@ -1,4 +1,4 @@
-"""ONNX's DFT (shapefn's converter, ``frontend/onnx_signal.py``) on a strict
+"""ONNX's DFT (shapefn's converter, ``frontend/onnx/ops/signal.py``) on a strict
 sim and on opencl (``onnx_check``) against onnxruntime: forward and
 inverse, real and complex input, one-sided transforms both ways, a
 ``dft_length`` that pads or cuts, and an axis given at run time (opset

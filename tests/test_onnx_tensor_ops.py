@@ -1,5 +1,5 @@
 """ONNX's ReverseSequence, TensorScatter, Col2Im and Det (shapefn's
-converters, ``frontend/onnx_tensor_ops.py``) on a strict sim and on opencl
+converters, ``frontend/onnx/ops/tensor_ops.py``) on a strict sim and on opencl
 (``onnx_check``) against onnxruntime, with batch sizes known only at run
 time: ReverseSequence along either axis, TensorScatter linear, circular
 and without write indices, Col2Im with constant shapes (pads, strides,
@@ -16,8 +16,8 @@ from test_onnx_ops import i64, model, node, uniform
 
 import shapefn
 from conftest import DEVICES
-from shapefn.errors import UnsupportedOnnxOp
 from shapefn.frontend import from_onnx
+from shapefn.runtime.errors import UnsupportedOnnxOp
 
 # onnx_check runs these on every device: each converter is a TE kernel of shapefn's own.
 ONNX_CHECK_DEVICES = DEVICES

@@ -1,9 +1,9 @@
 """The optimizers of ONNX's ``ai.onnx.preview.training`` domain (shapefn's
-converters, ``frontend/onnx_training.py``) on sim and opencl against ONNX's
+converters, ``frontend/onnx/ops/training.py``) on sim and opencl against ONNX's
 reference implementation (onnxruntime has none): several tensors updated
 by one node, the first step (T = 0) and a later one, every attribute. And
 Dropout in training mode, whose mask shapefn draws from its seed
-(``frontend/onnx_math.py``): the same on both devices, dropping about the
+(``frontend/onnx/ops/math.py``): the same on both devices, dropping about the
 ratio, scaled as onnxruntime scales, and the input itself at ratio 0 or
 out of training."""
 import numpy as np

@@ -20,7 +20,7 @@ import shapefn
 from conftest import opencl
 from shapefn import Param, ProgramBuilder
 from shapefn.compiler import hand_built as kernels
-from shapefn.compiler import kernel_cache
+from shapefn.compiler.machine_code import kernel_cache
 
 pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
 

@@ -1,4 +1,4 @@
-"""Code generation alone (compiler/codegen.py): small Relax functions in the
+"""Code generation alone (compiler/codegen/bytecode.py): small Relax functions in the
 form TVM's lowering leaves them (kernels as PrimFunc calls on tensors
 allocated just before), with their placement and readback schedule given,
 compared with the bytecode they must become, instruction by instruction.
@@ -17,8 +17,9 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
-from shapefn.compiler import codegen, placement, readback_order
-from shapefn.compiler.placement import DEVICE, HOST, ModulePlacement, Placement, all_bindings, key
+from shapefn.compiler.codegen import bytecode as codegen
+from shapefn.compiler.passes import placement, readback_order
+from shapefn.compiler.passes.placement import DEVICE, HOST, ModulePlacement, Placement, all_bindings, key
 
 F32 = "dtype:73730"  # float32 as the disassembler prints a dtype code
 

@@ -1,5 +1,5 @@
-"""Fusion of models with control flow (compiler/dataflow_regions.py) and
-the repairs of what TVM's FuseOps leaves (compiler/fusion_repairs.py):
+"""Fusion of models with control flow (compiler/passes/dataflow_regions.py) and
+the repairs of what TVM's FuseOps leaves (compiler/passes/fusion_repairs.py):
 kernels counted per call, results against onnxruntime, numpy and TVM's
 own Relax VM."""
 from __future__ import annotations
@@ -16,8 +16,13 @@ from tvm import relax, te, tirx
 
 import shapefn
 from conftest import DEVICES
-from shapefn.compiler.dataflow_regions import dataflow_regions
-from shapefn.compiler.fusion_repairs import MAX_KERNEL_NAME, _defined_before_use, size_definitions, sizes_in_one_shape
+from shapefn.compiler.passes.dataflow_regions import dataflow_regions
+from shapefn.compiler.passes.fusion_repairs import (
+    MAX_KERNEL_NAME,
+    _defined_before_use,
+    size_definitions,
+    sizes_in_one_shape,
+)
 from shapefn.frontend import from_onnx
 
 F = TensorProto.FLOAT
@@ -152,8 +157,8 @@ def test_fused_kernels_have_short_names():
 KERNEL_HASHES = """
 import pathlib, sys, tvm, tvm_ffi
 from shapefn.bench.models import materialize
-from shapefn.compiler.lower_dynamic import lower_dynamic_ops
-from shapefn.compiler.relax_passes import lower
+from shapefn.compiler.passes.lower_dynamic import lower_dynamic_ops
+from shapefn.compiler.passes.relax_passes import lower
 from shapefn.frontend import from_onnx
 mod = lower(lower_dynamic_ops(from_onnx(materialize(pathlib.Path(sys.argv[1]), sys.argv[2])), False))
 for gv, func in sorted(mod.functions.items(), key=lambda item: item[0].name_hint):

@@ -1,4 +1,4 @@
-"""Lowering of data-dependent ops alone (compiler/lower_dynamic.py), for
+"""Lowering of data-dependent ops alone (compiler/passes/lower_dynamic.py), for
 what its end-to-end tests do not reach: a concat whose inputs' sizes are
 symbolically unrelated goes through the one concat kernel
 (``kernels.concat.sequential_concat``)."""
@@ -11,7 +11,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 import shapefn
-from shapefn.compiler.lower_dynamic import lower_dynamic_ops
+from shapefn.compiler.passes.lower_dynamic import lower_dynamic_ops
 
 
 @I.ir_module

@@ -1,4 +1,4 @@
-"""Placement alone (compiler/placement.py): which tensors and kernels of a
+"""Placement alone (compiler/passes/placement.py): which tensors and kernels of a
 lowered Relax function go to the host and which to the device, under each
 policy."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
-from shapefn.compiler import placement
-from shapefn.compiler.placement import DEVICE, HOST, all_bindings, key
+from shapefn.compiler.passes import placement
+from shapefn.compiler.passes.placement import DEVICE, HOST, all_bindings, key
 
 
 @I.ir_module

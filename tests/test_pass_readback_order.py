@@ -1,4 +1,4 @@
-"""Readback scheduling alone (compiler/readback_order.py): readbacks that are
+"""Readback scheduling alone (compiler/passes/readback_order.py): readbacks that are
 ready together form one group (one sync), after all other ready work; no
 dependency is broken."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
-from shapefn.compiler import readback_order
+from shapefn.compiler.passes import readback_order
 
 
 @I.ir_module

@@ -1,5 +1,5 @@
-"""The rewrites that leave fewer kernels (compiler/rewrites.py) and TVM's
-opaque patterns marked injective (compiler/fusion_repairs.py,
+"""The rewrites that leave fewer kernels (compiler/passes/rewrites.py) and TVM's
+opaque patterns marked injective (compiler/passes/fusion_repairs.py,
 ``injective_kernels``): each on a small ONNX graph in the form exporters
 write it, results against onnxruntime, kernels counted per call."""
 from __future__ import annotations

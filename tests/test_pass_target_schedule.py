@@ -1,4 +1,4 @@
-"""Kernels scheduled for the processor they run on (compiler/target_schedule.py).
+"""Kernels scheduled for the processor they run on (compiler/schedules/target_schedule.py).
 
 Compiled for CUDA and OpenCL, every kernel a program invokes on the device
 is device code of the library's device module and every kernel placed on
@@ -23,16 +23,17 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 
 import shapefn
-import shapefn.relax
 from conftest import ProfilingExample, opencl, relax_main, run_on_devices, sym
-from shapefn import ops
-from shapefn.compiler import codegen, cpu_schedule, placement, readback_order, target_schedule
 from shapefn.compiler import hand_built as kernels
+from shapefn.compiler import ops, relax_vm
+from shapefn.compiler.codegen import bytecode as codegen
 from shapefn.compiler.compile import lower
 from shapefn.compiler.kernels import concat, scatter
 from shapefn.compiler.kernels import count as count_kernels
 from shapefn.compiler.kernels import dynamic as dyn_kernels
-from shapefn.compiler.lower_dynamic import lower_dynamic_ops
+from shapefn.compiler.passes import placement, readback_order
+from shapefn.compiler.passes.lower_dynamic import lower_dynamic_ops
+from shapefn.compiler.schedules import cpu_schedule, target_schedule
 
 GPU_KINDS = ["cuda", "opencl"]
 
@@ -343,7 +344,7 @@ def test_single_thread_form_keeps_global_scratch_on_the_device(kind):
 def test_single_thread_nms_matches_its_cpu_build(rng):
     func = count_kernels.non_max_suppression(0)
     cpu = kernels.build({"nms": func})
-    gpu = shapefn.relax.runnable(single_thread_build("nms", func, "opencl"))  # (TVM's module, run by shapefn's runtime)
+    gpu = relax_vm.runnable(single_thread_build("nms", func, "opencl"))  # (TVM's module, run by shapefn's runtime)
     corners = rng.uniform(0, 10, (1, 60, 2)).astype(np.float32)
     boxes = np.concatenate([corners, corners + rng.uniform(1, 5, (1, 60, 2)).astype(np.float32)], axis=-1)
     args = [boxes, rng.uniform(0, 1, (1, 3, 60)).astype(np.float32), np.array([10], np.int64),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from shapefn.builder import Param, ProgramBuilder
+from shapefn.runtime.builder import Param, ProgramBuilder
 
 SITE = Path(sysconfig.get_path("platlib"))
 INCLUDE = SITE / "shapefn" / "include"

@@ -1,5 +1,5 @@
 """shapefn inside TVM's own VM: programs compiled by ``tvm.compile`` with
-``shapefn.relax.pipeline`` run on an unmodified ``relax.VirtualMachine``, on
+``relax_vm.pipeline`` run on an unmodified ``relax.VirtualMachine``, on
 the CPU and on the OpenCL device, and give the results of TVM's default
 pipeline (where it runs the program), of shapefn's VM and of numpy. On
 OpenCL every copy and sync goes through shapefn's runtime whichever VM
@@ -17,9 +17,9 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 import shapefn
-import shapefn.relax
 from conftest import first_rows_module, opencl
 from shapefn.bench.relax_vm import PROGRAMS, as_numpy
+from shapefn.compiler import relax_vm
 
 # (tvm target, TVM device, shapefn device)
 CPU = ("llvm", tvm.cpu, "host")
@@ -30,7 +30,7 @@ TARGETS = [CPU, OPENCL]
 def _tvm_vm(mod: tvm.IRModule, target: str, device, pipeline="default"):
     """``mod`` compiled by ``tvm.compile`` (OpenCL kernels loaded by shapefn's
     runtime: ``runnable``) in TVM's VM."""
-    return relax.VirtualMachine(shapefn.relax.runnable(tvm.compile(mod, target=target, relax_pipeline=pipeline)),
+    return relax.VirtualMachine(relax_vm.runnable(tvm.compile(mod, target=target, relax_pipeline=pipeline)),
                                 device(0))
 
 
@@ -69,7 +69,7 @@ def test_results_match_numpy_tvm_and_shapefn_vm(case, target):
     kind, device, name = target
     args = make_args(np.random.default_rng(0))
     expected = reference(*args)
-    ours, _ = _run_tvm(_tvm_vm(mod, kind, device, shapefn.relax.pipeline(kind)), device, args)
+    ours, _ = _run_tvm(_tvm_vm(mod, kind, device, relax_vm.pipeline(kind)), device, args)
     default, _ = _run_tvm(_tvm_vm(mod, kind, device), device, args)
     vm, _ = _run_shapefn(mod, name, args)
     for got in (ours, default, vm):
@@ -86,7 +86,7 @@ def test_results_match_numpy_tvm_and_shapefn_vm(case, target):
 def test_pipeline_copies_what_shapefn_vm_copies_and_never_more_than_tvm_default(case):
     mod, make_args, _ = CASES[case]
     args = make_args(np.random.default_rng(0))
-    _, ours = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl, shapefn.relax.pipeline("opencl")), tvm.opencl, args)
+    _, ours = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl, relax_vm.pipeline("opencl")), tvm.opencl, args)
     _, vm = _run_shapefn(mod, "opencl", args)
     _, default = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl), tvm.opencl, args)
     assert (ours["d2h_bytes"], ours["syncs"]) == (vm["d2h_bytes"], vm["syncs"])
@@ -111,7 +111,7 @@ def test_pipeline_copies_what_shapefn_vm_copies_and_never_more_than_tvm_default(
 def test_exact_copies_against_tvm_default(case, ours, tvm_default):
     mod, make_args, _ = CASES[case]
     args = make_args(np.random.default_rng(0))
-    _, got = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl, shapefn.relax.pipeline("opencl")), tvm.opencl, args)
+    _, got = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl, relax_vm.pipeline("opencl")), tvm.opencl, args)
     _, default = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl), tvm.opencl, args)
     assert {k: got[k] for k in ours} == ours
     assert {k: default[k] for k in tvm_default} == tvm_default
@@ -125,8 +125,8 @@ def test_a_slice_with_bounds_on_the_device_reads_its_extents_and_nothing_else():
     nor the three bounds; per-op dependence copies the data too."""
     mod, make_args, _ = CASES["strided_slice"]
     args = make_args(np.random.default_rng(0))
-    _, per_input = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl, shapefn.relax.pipeline("opencl")), tvm.opencl, args)
-    _, per_op = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl, shapefn.relax.pipeline("opencl", "per-op")),
+    _, per_input = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl, relax_vm.pipeline("opencl")), tvm.opencl, args)
+    _, per_op = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl, relax_vm.pipeline("opencl", "per-op")),
                          tvm.opencl, args)
     _, default = _run_tvm(_tvm_vm(mod, "opencl", tvm.opencl), tvm.opencl, args)
     assert (per_input["d2h_bytes"], per_input["syncs"]) == (16, 1) == (default["d2h_bytes"], default["syncs"])
@@ -167,7 +167,7 @@ def test_a_slice_with_constant_strides_reads_the_same_extents_under_both_vms(cas
     mod, bounds = SLICES_WITH_CONSTANT_STRIDES[case]
     x = np.arange(10 * 64, dtype="float32").reshape(10, 64)
     expected = x[1:8, 3:40:2]
-    (ours,), pipeline = _run_tvm(_tvm_vm(mod, kind, device, shapefn.relax.pipeline(kind)), device, [x, *bounds])
+    (ours,), pipeline = _run_tvm(_tvm_vm(mod, kind, device, relax_vm.pipeline(kind)), device, [x, *bounds])
     (theirs,), vm = _run_shapefn(mod, name, [x, *bounds])
     np.testing.assert_array_equal(ours, expected)
     np.testing.assert_array_equal(theirs, expected)
@@ -181,7 +181,7 @@ def test_a_zero_stride_from_the_device_is_an_error_naming_it(target):
     mod, make_args, _ = CASES["strided_slice"]
     x, begin, end, _ = make_args(np.random.default_rng(0))
     args = [x, begin, end, np.array([1, 0])]
-    vm = _tvm_vm(mod, kind, device, shapefn.relax.pipeline(kind))
+    vm = _tvm_vm(mod, kind, device, relax_vm.pipeline(kind))
     with pytest.raises(ValueError, match=r"dynamic_strided_slice.*strides\[1\] is 0"):
         vm["main"](*[tvm.runtime.tensor(a, device(0)) for a in args])
     with pytest.raises(ValueError, match=r"dynamic_strided_slice.*strides\[1\] is 0"):
@@ -189,7 +189,7 @@ def test_a_zero_stride_from_the_device_is_an_error_naming_it(target):
 
 
 def test_count_reads_of_a_phase_are_one_call():
-    lowered = shapefn.relax.pipeline("llvm")(CASES["two_filters"][0])
+    lowered = relax_vm.pipeline("llvm")(CASES["two_filters"][0])
     text = lowered.script(show_meta=False)
     assert text.count("shapefn.read_counts") == 1
     assert "vm.builtin.tensor_to_shape" not in text
@@ -208,7 +208,7 @@ def test_users_shape_function_and_kernel(target):
     kind, device, name = target
     data = np.arange(15, dtype=np.float32).reshape(5, 3)
     mod = first_rows_module("test.relax.first_rows")
-    vm = _tvm_vm(mod, kind, device, shapefn.relax.pipeline(kind))
+    vm = _tvm_vm(mod, kind, device, relax_vm.pipeline(kind))
     for rows in (2, 5, 0):
         args = [data, np.array([rows], np.int64)]
         (ours,), _ = _run_tvm(vm, device, args)
@@ -218,7 +218,7 @@ def test_users_shape_function_and_kernel(target):
 
 
 def test_shape_function_errors_reach_the_caller():
-    vm = _tvm_vm(CASES["reshape_from_tensor"][0], "llvm", tvm.cpu, shapefn.relax.pipeline("llvm"))
+    vm = _tvm_vm(CASES["reshape_from_tensor"][0], "llvm", tvm.cpu, relax_vm.pipeline("llvm"))
     x = tvm.runtime.tensor(np.arange(24, dtype="float32"))
     with pytest.raises(ValueError, match="reshape"):
         vm["main"](x, tvm.runtime.tensor(np.array([5, 7])))
@@ -226,7 +226,7 @@ def test_shape_function_errors_reach_the_caller():
 
 def test_bad_dependence_is_refused():
     with pytest.raises(ValueError, match="dependence must be"):
-        shapefn.relax.pipeline("llvm", dependence="sometimes")
+        relax_vm.pipeline("llvm", dependence="sometimes")
 
 
 @opencl
@@ -259,7 +259,7 @@ def test_a_condition_computed_from_a_shape_is_read_on_the_host():
     """An If whose condition comes from a shape: the host computes it and
     TVM's VM reads it there, with no copy and no wait; TVM's default
     computes it on the device and reads it back."""
-    ours = _tvm_vm(BranchOnSize, "opencl", tvm.opencl, shapefn.relax.pipeline("opencl"))
+    ours = _tvm_vm(BranchOnSize, "opencl", tvm.opencl, relax_vm.pipeline("opencl"))
     default = _tvm_vm(BranchOnSize, "opencl", tvm.opencl)
     for n in (3, 8):
         x = np.arange(n, dtype="float32")
@@ -285,7 +285,7 @@ def test_positive_entries_gathered_by_nonzero(target):
             index = bb.emit(relax.op.nonzero(bb.emit(relax.op.greater(x, relax.const(0.0, "float32")))))
             out = bb.emit_output(relax.op.take(x, index, axis=0))
         bb.emit_func_output(out)
-    vm = _tvm_vm(bb.get(), tvm_target, device, shapefn.relax.pipeline(tvm_target))
+    vm = _tvm_vm(bb.get(), tvm_target, device, relax_vm.pipeline(tvm_target))
     values = np.array([1.5, -2, 3, 0, 5, np.nan, -np.inf, np.inf], np.float32)
     (got,), _ = _run_tvm(vm, device, [values])
     np.testing.assert_array_equal(got, values[None, values > 0])
@@ -297,7 +297,7 @@ def test_host_constant_kernels_write_their_values_empty_ones_included(value):
     (``host_shapes._constant_kernel``): an empty constant (what folding
     ``Slice(Shape(x), 0, 0)`` leaves, in Faster R-CNN) has no element to
     choose from."""
-    from shapefn.relax.host_shapes import _constant_kernel
+    from shapefn.compiler.relax_vm.host_shapes import _constant_kernel
 
     kernel = tvm.compile(tvm.IRModule({"main": _constant_kernel(value)}), target="llvm")
     out = tvm.runtime.tensor(np.full(value.shape, 7, value.dtype))

@@ -7,10 +7,10 @@ import pytest
 import tvm
 from tvm import te, tirx
 
-from shapefn import config
-from shapefn.compiler import kernel_cache
-from shapefn.compiler import te_shape_func as tsf
-from shapefn.errors import DataDependenceError, OverDeclaredWarning
+from shapefn.compiler.machine_code import kernel_cache
+from shapefn.compiler.shape_funcs import te_shape_func as tsf
+from shapefn.runtime import config
+from shapefn.runtime.errors import DataDependenceError, OverDeclaredWarning
 
 pytestmark = pytest.mark.native  # (the sanitized run's: shapefn's own C++ paths)
 

@@ -1,6 +1,6 @@
 """``import shapefn`` leaves TVM as it was for everyone else in the process:
 shapefn's change to TVM's Python (the order of TE kernels' size parameters,
-``compiler/te_params.py``) holds only inside shapefn's own compiles, its
+``compiler/kernels/te_params.py``) holds only inside shapefn's own compiles, its
 OpenCL runtime adds what TVM's wheel lacks and replaces nothing, and sizing
 TVM's thread pool writes no environment variable. Each check runs in a
 fresh process, where nothing has touched TVM yet."""
@@ -14,7 +14,7 @@ import threading
 
 from tvm import relax, te, tirx
 
-from shapefn.compiler import te_params
+from shapefn.compiler.kernels import te_params
 
 # A small Relax module (legalized through TE), built without TVMScript,
 # which needs a source file.
@@ -59,7 +59,7 @@ def changed(before, after):
 before = snapshot()
 stages = {"absent before import": [name for name in GLOBALS if before[1][name] is None]}
 import shapefn
-import shapefn.relax
+from shapefn.compiler import relax_vm
 stages["import shapefn"] = changed(before, snapshot())
 graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
@@ -72,8 +72,8 @@ x, y = np.ones((2, 3), np.float32), np.arange(3, dtype=np.float32)
 total = shapefn.VirtualMachine(exe, "host")(x, y).numpy()
 assert (total == ((x + y) ** 2).sum(axis=1)).all(), total
 stages["shapefn.VirtualMachine"] = changed(before, snapshot())
-tvm.compile(imported, target="llvm", relax_pipeline=shapefn.relax.pipeline("llvm"))
-stages["shapefn.relax.pipeline"] = changed(before, snapshot())
+tvm.compile(imported, target="llvm", relax_pipeline=relax_vm.pipeline("llvm"))
+stages["relax_vm.pipeline"] = changed(before, snapshot())
 print(json.dumps(stages))
 """
 
@@ -99,7 +99,7 @@ def test_tvm_is_the_same_after_import_compiles_and_runs(tmp_path):
         "shapefn.from_onnx": [],
         "shapefn.compile": [],
         "shapefn.VirtualMachine": [],
-        "shapefn.relax.pipeline": [],
+        "relax_vm.pipeline": [],
     }
 
 
@@ -143,7 +143,7 @@ def test_a_tvm_build_is_the_same_with_and_without_shapefn(tmp_path):
     """TVM's Relax pipeline, ``tvm.compile`` (object code, VM code) and
     TVM's OpenCL code generator give the same results in a process that
     imported shapefn and compiled with it as in one that did not: the
-    OpenCL module is TVM's (not runnable without ``shapefn.relax.runnable``)."""
+    OpenCL module is TVM's (not runnable without ``relax_vm.runnable``)."""
     env = {**os.environ, "SHAPEFN_CACHE_DIR": str(tmp_path)}
     without, with_shapefn = (_fresh_process(_TVM_BUILD, env, imported) for imported in ("tvm", "shapefn"))
     assert with_shapefn == without

@@ -15,8 +15,8 @@ import tempfile
 import time
 
 import shapefn
-from shapefn import config
 from shapefn.bench.models import materialize
+from shapefn.runtime import config
 
 
 def main() -> None:

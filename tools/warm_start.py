@@ -22,7 +22,7 @@ _ONE_PROCESS = """
 import json, pathlib, sys, time
 import numpy as np
 import shapefn
-from shapefn.compiler import kernel_cache
+from shapefn.compiler.machine_code import kernel_cache
 from shapefn.bench.models import materialize
 
 data, name, device, cache = sys.argv[1:]

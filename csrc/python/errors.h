@@ -2,7 +2,7 @@
 // layers: pybind11's exception translator (module.cc) and the Cython call
 // path (`except +RaiseCurrentException` in shapefn/_vmcall.pyx).
 //
-// A shapefn::Error raises the class shapefn.errors.EXCEPTION_OF_KIND gives
+// A shapefn::Error raises the class shapefn.runtime.errors.EXCEPTION_OF_KIND gives
 // its kind; its cause (the tvm-ffi error of a kernel or a Python shape
 // function) becomes the exception's __cause__, rebuilt with its own class
 // and traceback. Header-only: each extension module keeps its own table.
@@ -23,7 +23,7 @@ namespace detail {
 
 // Borrowed for the life of the interpreter (LoadExceptionTable takes a reference).
 inline PyObject* exception_of_kind[kNumErrorKinds] = {};
-inline PyObject* callee_exception = nullptr;  // shapefn.errors._callee_exception
+inline PyObject* callee_exception = nullptr;  // shapefn.runtime.errors._callee_exception
 
 // A new exception object `cls(message)`; null with a Python error set on failure.
 inline PyObject* NewException(PyObject* cls, const char* message) {
@@ -42,11 +42,11 @@ inline PyObject* FromFfiError(const tvm::ffi::Error& e) {
 
 }  // namespace detail
 
-// Reads shapefn.errors.EXCEPTION_OF_KIND, which must have a class for every
+// Reads shapefn.runtime.errors.EXCEPTION_OF_KIND, which must have a class for every
 // kind of SHAPEFN_ERROR_KINDS and nothing else. Called once when a binding
 // module is imported; false with a Python error set when the tables differ.
 inline bool LoadExceptionTable() {
-  PyObject* errors = PyImport_ImportModule("shapefn.errors");
+  PyObject* errors = PyImport_ImportModule("shapefn.runtime.errors");
   if (errors == nullptr) return false;
   PyObject* table = PyObject_GetAttrString(errors, "EXCEPTION_OF_KIND");
   detail::callee_exception = table != nullptr ? PyObject_GetAttrString(errors, "_callee_exception") : nullptr;
@@ -72,8 +72,9 @@ inline bool LoadExceptionTable() {
   Py_DECREF(table);
   if (!ok) {
     PyErr_Clear();
-    PyErr_SetString(PyExc_ImportError,
-                    "shapefn.errors.EXCEPTION_OF_KIND does not match the C++ error kinds (SHAPEFN_ERROR_KINDS)");
+    PyErr_SetString(
+        PyExc_ImportError,
+        "shapefn.runtime.errors.EXCEPTION_OF_KIND does not match the C++ error kinds (SHAPEFN_ERROR_KINDS)");
   }
   return ok;
 }

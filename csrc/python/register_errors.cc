@@ -1,7 +1,7 @@
 // Errors at the pybind11 boundary: every shapefn::Error and tvm-ffi error a
 // binding lets through is raised by RaisePython (errors.h), the same path the
 // Cython call path takes. `error_kinds()` lists the C++ kinds for the tests
-// that check shapefn.errors.EXCEPTION_OF_KIND against them.
+// that check shapefn.runtime.errors.EXCEPTION_OF_KIND against them.
 #include "errors.h"
 
 #include <pybind11/stl.h>

@@ -29,7 +29,7 @@ py::tuple EventToTuple(const ProfileEvent& e) {
 }  // namespace
 
 void RegisterVM(py::module_& m) {
-  // One profiled call's events; shapefn.profiler.ProfileReport reads them.
+  // One profiled call's events; shapefn.runtime.profiler.ProfileReport reads them.
   // The call goes through _vmcall.invoke_profiled with `_address()`.
   py::class_<Profiler, std::shared_ptr<Profiler>>(m, "Profiler")
       .def(py::init<>())

@@ -1,5 +1,5 @@
 // The builtins TVM's Relax VM calls in programs compiled with
-// `shapefn.relax.pipeline`: tvm-ffi global functions registered when
+// `shapefn.compiler.relax_vm.pipeline`: tvm-ffi global functions registered when
 // libshapefn_core loads (`import shapefn`, or a C++ program linking it).
 //
 // * `shapefn.shape_func(op, attrs, *inputs) -> Shape | Array<Shape>`: the

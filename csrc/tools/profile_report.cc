@@ -1,5 +1,5 @@
 // The table, JSON and Chrome trace of a profiled call for shapefn-run. Each
-// mirrors its counterpart in shapefn/profiler.py (tests/test_runner.py
+// mirrors its counterpart in shapefn/runtime/profiler.py (tests/test_runner.py
 // compares them): change both together.
 #include "profile_report.h"
 

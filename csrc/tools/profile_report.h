@@ -1,5 +1,5 @@
 // shapefn-run's report of a profiled call, in the formats of
-// shapefn.ProfileReport (shapefn/profiler.py) for a process without Python:
+// shapefn.ProfileReport (shapefn/runtime/profiler.py) for a process without Python:
 // the per-op table, the rows and totals as JSON, the Chrome trace.
 #pragma once
 

@@ -8,7 +8,7 @@
 // clamped, so nothing is read or written outside a buffer, and the first
 // one is written into the record: [0] 1, [1] the site, [2] the index,
 // [3] the lowest and [4] one past the highest index allowed
-// (shapefn/compiler/index_checks.py writes the same words).
+// (shapefn/compiler/passes/index_checks.py writes the same words).
 //
 // The host reads a record where the device has synced anyway: at once on
 // the host (kernels there are synchronous), and for a device at the VM's

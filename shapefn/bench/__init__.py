@@ -1,5 +1,5 @@
 """Benchmarks: ``python -m shapefn.bench NAME``."""
-from .. import devices
+from ..runtime import devices
 
 
 def missing_gpu(device: str) -> str:

@@ -37,10 +37,11 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
-from .. import config
-from ..compiler import codegen, placement, readback_order
-from ..compiler.lower_dynamic import lower_dynamic_ops
-from ..compiler.relax_passes import without_fusion
+from ..compiler.codegen import bytecode as codegen
+from ..compiler.passes import placement, readback_order
+from ..compiler.passes.lower_dynamic import lower_dynamic_ops
+from ..compiler.passes.relax_passes import without_fusion
+from ..runtime import config
 from . import timing
 
 _compile_module = importlib.import_module("shapefn.compiler.compile")

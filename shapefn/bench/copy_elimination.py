@@ -24,8 +24,8 @@ import json
 import sys
 import time
 
-from .. import devices
-from ..vm import VirtualMachine
+from ..runtime import devices
+from ..runtime.vm import VirtualMachine
 from . import missing_gpu, roi_slicing, timing
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import VirtualMachine
 from .. import compile as compile_model
-from ..compiler import index_checks
+from ..compiler.passes import index_checks
 from ..frontend import from_onnx
 from . import models, timing
 

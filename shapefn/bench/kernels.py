@@ -32,10 +32,10 @@ import statistics
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from .. import host_threads
 from ..compiler.compile import compile as compile_relax
 from ..frontend import from_onnx
-from ..vm import VirtualMachine
+from ..runtime import host_threads
+from ..runtime.vm import VirtualMachine
 from . import timing
 
 # Convolutions whose height and width are static in the models (the mask

@@ -46,11 +46,11 @@ import time
 
 import numpy as np
 
-from .. import config, devices
-from ..compiler import kernel_cache
 from ..compiler.compile import compile as compile_relax
+from ..compiler.machine_code import kernel_cache
 from ..frontend import from_onnx
-from ..vm import VirtualMachine
+from ..runtime import config, devices
+from ..runtime.vm import VirtualMachine
 from . import missing_gpu, pypi_models, timing, torch_eager
 
 DEFAULT_MODELS = ["ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn"]
@@ -127,7 +127,7 @@ def timed_compile(path: str, device: str = "sim"):
 
 def _timed_compile_in_new_process(path: str, cache: str, device: str) -> tuple[float, int]:
     """``timed_compile`` in a fresh interpreter (nothing cached in memory)."""
-    code = ("import json, sys; from shapefn import config; from shapefn.bench.models import timed_compile; "
+    code = ("import json, sys; from shapefn.runtime import config; from shapefn.bench.models import timed_compile; "
             "config.set_cache_dir(sys.argv[2]); "
             "_, seconds, built = timed_compile(sys.argv[1], sys.argv[3]); "
             "print(json.dumps([seconds, built]))")

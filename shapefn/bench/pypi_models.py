@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shapefn import config
+from shapefn.runtime import config
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ configurations side by side:
 
 * ``tvm_default``: ``tvm.compile`` with TVM's default pipeline, run by
   ``relax.VirtualMachine``;
-* ``shapefn_pipeline``: ``tvm.compile(..., relax_pipeline=shapefn.relax.pipeline(target))``,
+* ``shapefn_pipeline``: ``tvm.compile(..., relax_pipeline=shapefn.compiler.relax_vm.pipeline(target))``,
   run by the same ``relax.VirtualMachine``;
 * ``shapefn_vm``: ``shapefn.compile`` and shapefn's VM.
 
@@ -28,10 +28,10 @@ from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
 
-from .. import devices
 from ..compiler.compile import compile as shapefn_compile
-from ..relax import pipeline, runnable
-from ..vm import VirtualMachine
+from ..compiler.relax_vm import pipeline, runnable
+from ..runtime import devices
+from ..runtime.vm import VirtualMachine
 
 
 @I.ir_module

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..builder import Param, ProgramBuilder
 from ..compiler import hand_built as kernels
-from ..executable import Executable
+from ..runtime.builder import Param, ProgramBuilder
+from ..runtime.executable import Executable
 
 _libraries: dict = {}
 

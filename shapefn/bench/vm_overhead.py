@@ -42,12 +42,13 @@ import numpy as np
 import tvm
 from tvm import relax, te, tirx
 
-from .. import registry
-from ..builder import Param, ProgramBuilder
-from ..compiler import cpu_schedule
 from ..compiler.compile import compile as compile_relax
-from ..compiler.relax_passes import without_fusion
-from ..vm import VirtualMachine
+from ..compiler.passes.relax_passes import without_fusion
+from ..compiler.schedules import cpu_schedule
+from ..compiler.shape_funcs import registry
+from ..runtime.builder import Param, ProgramBuilder
+from ..runtime.registry import registered_ops
+from ..runtime.vm import VirtualMachine
 from . import timing
 
 MLP_LAYERS = (1024, 512, 256, 128)
@@ -136,7 +137,7 @@ def identity() -> tvm.IRModule:
 def _register_python_broadcast() -> None:
     """A TE shape function equal to the built-in ``shapefn.broadcast`` on
     broadcastable 2-d shapes (registered once per process)."""
-    if _PY_BROADCAST in registry.registered_ops():
+    if _PY_BROADCAST in registered_ops():
         return
 
     def broadcast2d(a, b):

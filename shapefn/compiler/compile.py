@@ -15,21 +15,15 @@ import gc
 
 import tvm
 
-from ..executable import Executable
-from ..progress import QUIET, Progress
-from . import (
-    codegen,
-    cuda_fatbin,
-    host_params,
-    index_checks,
-    interrupts,
-    kernel_cache,
-    placement,
-    readback_order,
-    target_schedule,
-)
-from .lower_dynamic import lower_dynamic_ops
-from .relax_passes import lower
+from ..runtime.executable import Executable
+from ..runtime.progress import QUIET, Progress
+from . import interrupts
+from .codegen import bytecode as codegen
+from .machine_code import cuda_fatbin, kernel_cache
+from .passes import host_params, index_checks, placement, readback_order
+from .passes.lower_dynamic import lower_dynamic_ops
+from .passes.relax_passes import lower
+from .schedules import target_schedule
 
 __all__ = ["build_kernels", "compile", "gc_paused", "lower", "lower_dynamic_ops", "schedule_kernels",
            "scheduled_kernels"]

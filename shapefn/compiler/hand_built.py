@@ -10,10 +10,11 @@ from collections.abc import Collection, Mapping
 import tvm
 from tvm import tirx
 
-from . import kernel_cache, target_schedule
 from .kernels import count
 from .kernels.elementwise import scale
 from .kernels.slicing import roi_params, strided_slice, strided_slice_scalar
+from .machine_code import kernel_cache
+from .schedules import target_schedule
 
 __all__ = ["build", "nonzero_1d", "roi_params", "scale", "strided_slice", "strided_slice_scalar"]
 

@@ -1,4 +1,4 @@
 """Model importers."""
-from .onnx import from_onnx
+from .onnx.importer import from_onnx
 
 __all__ = ["from_onnx"]

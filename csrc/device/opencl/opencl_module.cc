@@ -307,7 +307,7 @@ tvm::ffi::Module LoadOrFail(const tvm::ffi::Bytes& bytes) {
 // (`target.build.opencl`) cannot launch a kernel, and `tvm.compile`'s result
 // runs only after a save and a load. `shapefn.opencl.runnable_module` is
 // that load without the save: the module as this runtime runs it, from the
-// bytes a save would write (`shapefn.relax.runnable`). The code generator
+// bytes a save would write (`shapefn.compiler.relax_vm.runnable`). The code generator
 // itself is left as TVM registered it.
 void RegisterOpenCLModuleLoader() {
   tvm::ffi::Function::SetGlobal("ffi.Module.load_from_bytes.opencl",

@@ -1,7 +1,7 @@
 // Device slots: which device of a VM a tensor lives on. Executables name
 // slots, not devices, so one executable runs on any device. Named once here;
 // the disassembler prints these names and Python takes them from
-// shapefn._core.device_slots() (shapefn.devices.DEVICE_SLOTS).
+// shapefn._core.device_slots() (shapefn.runtime.devices.DEVICE_SLOTS).
 #pragma once
 
 namespace shapefn {

@@ -1,6 +1,6 @@
 // The one error type of the C++ core. The binding layer converts it to the
 // Python exception its kind names (csrc/python/errors.h, with the classes
-// from shapefn.errors.EXCEPTION_OF_KIND); nothing else crosses.
+// from shapefn.runtime.errors.EXCEPTION_OF_KIND); nothing else crosses.
 #pragma once
 
 #include <exception>
@@ -10,7 +10,7 @@
 
 namespace shapefn {
 
-// X(enumerator, name): the name is the key of shapefn.errors.EXCEPTION_OF_KIND.
+// X(enumerator, name): the name is the key of shapefn.runtime.errors.EXCEPTION_OF_KIND.
 //   value        ValueError: a value is out of range or inconsistent
 //   type         TypeError: wrong type or dtype
 //   key          KeyError: unknown name

@@ -11,4 +11,5 @@ lowering of data-dependent ops call them.
 * ``gpu``, ``gpu_count``, ``gpu_nms``: GPU forms of the above (same names and signatures;
   ``target_schedule.kernel_form`` picks them)
 * ``tir_builder``, ``gpu_builder``, ``heap``: helpers for writing kernels
+* ``te_params``: kernels made from TE computations, size parameters in a deterministic order
 """

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tvm import te, tirx
 
-from ..index_checks import from_end
+from ..passes.index_checks import from_end
 
 
 def take(data: te.Tensor, indices: te.Tensor, axis: int | None) -> te.Tensor:

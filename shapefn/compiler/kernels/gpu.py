@@ -22,7 +22,7 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from ..index_checks import from_end
+from ..passes.index_checks import from_end
 from . import scan
 from .dynamic import topk_order, topk_params, topk_sizes
 from .gpu_builder import (

@@ -6,7 +6,7 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from ..index_checks import from_end
+from ..passes.index_checks import from_end
 from .tir_builder import arg
 
 # How an update combines with the value it lands on (the GPU form reuses these).

@@ -1,0 +1,283 @@
+"""ONNX ``Loop`` as a recursive Relax function.
+
+Relax has no loop construct. A ``Loop`` node becomes a module-level function
+
+    loop(i, [max_trip], [cond], *carried, *scans, *captured):
+        if i < max_trip and cond:
+            <body>
+            return loop(i + 1, max_trip, cond', *carried', *(scans ++ [scan']), *captured)
+        return (*carried, *scans)
+
+called once where the node is. The trip count and the condition are scalars
+(``R.Prim``), so the test at the top of each iteration runs on the host in
+VM registers; the condition the body computes is read back once per
+iteration (one byte), as the decision needs it. Scan outputs grow by one
+slice along a new axis 0 per iteration (their per-iteration shape may
+change), so a scan of n iterations copies O(n^2) elements. Values of the
+enclosing graph that the body reads (ONNX subgraphs capture outer names)
+become parameters; constants are used in place. shapefn's code generator
+turns the self call in tail position into a jump, so the trip count is not
+limited by the call depth.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax, tirx
+
+from .checks import node_label
+from .values import const_value
+
+
+def _graph_free_names(graph) -> set[str]:
+    """Names a graph (and its nested subgraphs) reads but does not define."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    used = {o.name for o in graph.output}
+    for node in graph.node:
+        used.update(name for name in node.input if name)
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                used |= _graph_free_names(sub)
+        defined.update(node.output)
+    return used - defined
+
+
+def _param_like(value, name: str, keep_literals: bool = True) -> relax.Var:
+    """A parameter that can receive ``value``: a tensor of the same dtype and
+    rank, a shape of the same length, or a scalar of the same dtype. Its
+    sizes are fresh variables (the caller's are not visible in the loop
+    function), except literal ones if ``keep_literals`` (values that do not
+    change from one iteration to the next)."""
+    ty = value.ty
+    if isinstance(ty, relax.TensorType):
+        if ty.ndim < 0:
+            raise ValueError(f"Loop: the rank of '{name}' is unknown")
+        dims = ty.shape.values if ty.shape is not None else [None] * ty.ndim
+        dims = [d if keep_literals and isinstance(d, tirx.IntImm) else tirx.Var(f"{name}_{axis}", "int64")
+                for axis, d in enumerate(dims)]
+        return relax.Var(name, relax.TensorType(dims, ty.dtype))
+    if isinstance(ty, relax.ShapeType) and ty.ndim >= 0:
+        return relax.Var(name, relax.ShapeType([tirx.Var(f"{name}_{k}", "int64") for k in range(ty.ndim)]))
+    if isinstance(ty, tvm.ir.PrimType):
+        return tirx.Var(name, str(ty.dtype))
+    raise ValueError(f"Loop: '{name}' of type {ty} cannot cross into the loop body")
+
+
+def _is_constant(value) -> bool:
+    if isinstance(value, tvm.ir.GenericConst):
+        return True
+    if isinstance(value, relax.ShapeExpr):
+        return all(isinstance(v, tirx.IntImm) for v in value.values)
+    return isinstance(value, (tirx.IntImm, tirx.FloatImm))
+
+
+def _scalar(importer, value, what: str):
+    """A scalar int64 PrimExpr of an ONNX scalar (or 1-element) tensor: a
+    literal when known at import time, else read back (8 bytes)."""
+    bb = importer.bb
+    known = const_value(importer, value)
+    if known is not None:
+        if known.size != 1:
+            raise ValueError(f"Loop: {what} must hold one value, got shape {known.shape}")
+        return tirx.IntImm("int64", int(known.reshape(())))
+    ty = value.ty
+    if isinstance(ty, tvm.ir.PrimType):
+        return value if str(ty.dtype) == "int64" else tirx.Cast("int64", value)
+    if isinstance(ty, relax.ShapeType):
+        var = tirx.Var(what, "int64")
+        bb.match_cast(value, relax.ShapeType([var]))
+        return var
+    if str(ty.dtype) != "int64":
+        value = bb.emit(relax.op.astype(value, "int64"))
+    vector = bb.emit(relax.op.reshape(value, [1]))
+    var = tirx.Var(what, "int64")
+    bb.match_cast(bb.emit(relax.op.tensor_to_shape(vector)), relax.ShapeType([var]))
+    return var
+
+
+class _LoopBuilder:
+    def __init__(self, importer, node, inputs, attrs):
+        self.importer = importer
+        self.bb = importer.bb
+        self.body = attrs["body"]
+        self.node = node
+        self.inputs = list(inputs) + [None] * (2 - len(inputs))
+        n_carried = len(self.inputs) - 2
+        if len(self.body.input) != n_carried + 2:
+            raise ValueError(f"Loop '{node.name}': the body takes {len(self.body.input)} inputs, "
+                             f"expected {n_carried + 2} (iteration, condition, {n_carried} carried)")
+        self.n_carried = n_carried
+        self.n_scans = len(self.body.output) - 1 - n_carried
+        if self.n_scans < 0 or len(node.output) != n_carried + self.n_scans:
+            raise ValueError(f"Loop '{node.name}': the body's outputs do not match the node's")
+
+    def build(self) -> list:
+        importer, bb = self.importer, self.bb
+        trip = None if self.inputs[0] is None else _scalar(importer, self.inputs[0], "max_trip")
+        cond = None if self.inputs[1] is None else _scalar(importer, self.inputs[1], "cond")
+        carried = [importer._with_shape(importer._as_tensor(v)) for v in self.inputs[2:]]
+        # (onnx.checker, run by from_onnx, rejects bodies reading undefined names.)
+        captured_names = sorted(n for n in _graph_free_names(self.body) if not _is_constant(importer._nodes[n]))
+        captured = [importer._nodes[n] for n in captured_names]
+
+        i = tirx.Var("i", "int64")
+        params = [i]
+        trip_param = cond_param = None
+        if trip is not None:
+            trip_param = tirx.Var("max_trip", "int64")
+            params.append(trip_param)
+        if cond is not None:
+            cond_param = tirx.Var("cond", "int64")
+            params.append(cond_param)
+        # Carried values may change shape from one iteration to the next.
+        carried_params = [_param_like(v, f"v{k}", keep_literals=False) for k, v in enumerate(carried)]
+        captured_params = [_param_like(v, f"c{k}") for k, v in enumerate(captured)]
+        outer_nodes = importer._nodes
+        nodes = {n: v for n, v in outer_nodes.items() if _is_constant(v)}
+        nodes.update(zip(captured_names, captured_params))
+        importer._nodes = nodes
+        bb.begin_scope(params + carried_params + captured_params)
+        try:
+            gv, scan_inits = self._function(i, trip_param, cond_param, carried_params, captured_params)
+        finally:
+            bb.end_scope()
+            importer._nodes = outer_nodes
+        args = [tirx.IntImm("int64", 0)] + [v for v in (trip, cond) if v is not None]
+        result = bb.emit(relax.Call(gv, args + carried + scan_inits + captured))
+        return [bb.emit(relax.TupleGetItem(result, k)) for k in range(self.n_carried + self.n_scans)]
+
+    def _function(self, i, trip_param, cond_param, carried_params, captured_params):
+        importer, bb, body = self.importer, self.bb, self.body
+        bb._begin_binding_block()
+        try:
+            nodes = importer._nodes
+            iteration_name, cond_name = body.input[0].name, body.input[1].name
+            nodes[iteration_name] = bb.emit(relax.op.reshape(
+                bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr([i]))), []))
+            nodes[cond_name] = relax.const(True, "bool") if cond_param is None else bb.emit(
+                relax.op.not_equal(bb.emit(relax.op.reshape(
+                    bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr([cond_param]))), [])),
+                    relax.const(0, "int64")))
+            for value_info, param in zip(body.input[2:], carried_params):
+                nodes[value_info.name] = param
+            for init in body.initializer:
+                nodes[init.name] = relax.const(importer._parse_array(init))
+            for n in body.node:
+                importer._construct_node(n)
+            outs = [nodes[o.name] for o in body.output]
+            next_cond = _scalar(importer, outs[0], "cond") if cond_param is not None else None
+            next_carried = []
+            for k, (value, param) in enumerate(zip(outs[1:1 + self.n_carried], carried_params)):
+                value = importer._with_shape(importer._as_tensor(value))
+                if str(value.ty.dtype) != str(param.ty.dtype) or value.ty.ndim != param.ty.ndim:
+                    raise ValueError(f"Loop '{self.node.name}': carried value {k} changes from "
+                                     f"{param.ty} to {value.ty}")
+                next_carried.append(value)
+            slices = [bb.emit(relax.op.expand_dims(importer._with_shape(importer._as_tensor(v)), 0))
+                      for v in outs[1 + self.n_carried:]]
+            scan_params = [_param_like(s, f"s{k}", keep_literals=False) for k, s in enumerate(slices)]
+            bb.begin_scope(scan_params)
+            try:
+                grown = [self._grow(i, acc, piece) for acc, piece in zip(scan_params, slices)]
+            finally:
+                bb.end_scope()
+            params = [i] + [p for p in (trip_param, cond_param) if p is not None] + carried_params \
+                + scan_params + captured_params
+            ret_ty = relax.TupleType([relax.TensorType(ndim=p.ty.ndim, dtype=p.ty.dtype)
+                                      for p in carried_params + scan_params])
+            # The recursive call needs the function's GlobalVar before its body
+            # exists. The attribute (output names are unique in a model) keeps
+            # BlockBuilder from merging this stub with another loop's.
+            stub = relax.Function.create_empty(params, ret_ty, True,
+                                               tvm.ir.DictAttrs({"onnx_loop": ",".join(self.node.output)}))
+            gv = bb.add_func(stub, _function_name(self.node))
+            next_args = [i + 1] + [p for p in (trip_param,) if p is not None] \
+                + [next_cond] * (cond_param is not None) + next_carried + grown + captured_params
+            again = bb.emit(relax.Call(gv, next_args))
+        finally:
+            block = bb._end_block()
+        go = tirx.IntImm("bool", 1)
+        if trip_param is not None:
+            go = tirx.LT(i, trip_param)
+        if cond_param is not None:
+            go = tirx.And(go, tirx.NE(cond_param, tirx.IntImm("int64", 0)))
+        done = relax.Tuple(carried_params + scan_params)
+        bb._begin_binding_block()
+        result = bb.emit(relax.If(go, relax.SeqExpr([block], again), relax.SeqExpr([], done)))
+        func = relax.Function(params, relax.SeqExpr([bb._end_block()], result), ret_ty, is_pure=True)
+        bb.update_func(gv, func)
+        scan_infos = body.output[1 + self.n_carried:]
+        scan_inits = [relax.op.zeros(relax.ShapeExpr([0] + _empty_scan_dims(info, s.ty)), s.ty.dtype)
+                      for info, s in zip(scan_infos, slices)]
+        return gv, [bb.emit(z) for z in scan_inits]
+
+    def _grow(self, i, acc, piece):
+        """``piece`` (one iteration's slice, axis 0 of length 1) appended to
+        ``acc``; the first iteration's is the whole accumulation, so its
+        other sizes need not match the empty initial value's."""
+        bb = self.bb
+        bb._begin_binding_block()
+        joined = bb.emit(relax.op.concat([acc, piece], axis=0))
+        later = relax.SeqExpr([bb._end_block()], joined)
+        return bb.emit(relax.If(tirx.EQ(i, tirx.IntImm("int64", 0)), relax.SeqExpr([], piece), later))
+
+
+def _empty_scan_dims(value_info, sliced_ty: relax.TensorType) -> list[int]:
+    """The per-iteration sizes of a scan output after zero iterations, as
+    onnxruntime gives them: the body output's declared sizes, 0 where a
+    size is symbolic (or, undeclared, the sizes Relax knows)."""
+    declared = value_info.type.tensor_type
+    if declared.HasField("shape") and len(declared.shape.dim) == sliced_ty.ndim - 1:
+        return [d.dim_value if d.HasField("dim_value") else 0 for d in declared.shape.dim]
+    return [int(d) if isinstance(d, tirx.IntImm) else 0 for d in sliced_ty.shape.values[1:]]
+
+
+def _function_name(node) -> str:
+    name = node.name or (node.output[0] if node.output else "body")
+    return "loop_" + "".join(c if c.isalnum() else "_" for c in name)
+
+
+def convert_loop(importer, node, inputs, attrs) -> list:
+    """The outputs of ONNX ``Loop`` node ``node`` (final carried values, then
+    scan outputs), computed by a new recursive function; a loop carrying a
+    sequence (a tuple, whose length may change from one iteration to the
+    next) is unrolled instead."""
+    if any(isinstance(getattr(v, "ty", None), relax.TupleType) for v in list(inputs)[2:]):
+        return _unrolled(importer, node, list(inputs), attrs["body"])
+    return _LoopBuilder(importer, node, inputs, attrs).build()
+
+
+def _unrolled(importer, node, inputs, body) -> list:
+    """A Loop's iterations one after another in the enclosing function:
+    its trip count and every condition it tests must be known at import."""
+    bb = importer.bb
+    inputs = inputs + [None] * (2 - len(inputs))
+    known = [const_value(importer, v) if v is not None else None for v in inputs[:2]]
+    if (inputs[0] is not None and known[0] is None) or (inputs[1] is not None and known[1] is None):
+        raise ValueError(f"Loop {node_label(node)} carries a sequence: it is unrolled, which needs its trip count and "
+                         "condition known at import")
+    if inputs[0] is None:
+        raise ValueError(f"Loop {node_label(node)} carries a sequence: it is unrolled, which needs a trip count")
+    trips, go = int(known[0].reshape(())), known[1] is None or bool(known[1].reshape(()))
+    n_carried = len(inputs) - 2
+    carried, scans = inputs[2:], [[] for _ in body.output[1 + n_carried:]]
+    for i in range(trips):
+        if not go:
+            break
+        given = {body.input[0].name: relax.const(np.array(i, np.int64), "int64"),
+                 body.input[1].name: relax.const(True, "bool")}
+        given.update((info.name, value) for info, value in zip(body.input[2:], carried))
+        outs = importer._inlined(body, given)
+        condition = const_value(importer, importer._as_tensor(outs[0]))
+        if condition is None:
+            raise ValueError(f"Loop {node_label(node)} carries a sequence: it is unrolled, which needs every "
+                             "condition its body computes known at import")
+        go = bool(condition.reshape(()))
+        carried = [v if isinstance(getattr(v, "ty", None), relax.TupleType) else importer._as_tensor(v)
+                   for v in outs[1:1 + n_carried]]
+        for acc, value in zip(scans, outs[1 + n_carried:]):
+            acc.append(bb.emit(relax.op.expand_dims(importer._as_tensor(value), 0)))
+    if any(not acc for acc in scans):
+        raise ValueError(f"Loop {node_label(node)} carries a sequence and runs no iteration: its scan outputs' "
+                         "shapes are unknown")
+    return carried + [bb.emit(relax.op.concat(acc, axis=0)) for acc in scans]
