@@ -44,7 +44,7 @@ MIN_MUTANTS = 10_000
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 X_TENSORS = np.array([0.5, -1.0, 2.0, 3.5, -4.25], dtype=np.float32)
 X_CONTROL = np.array([0.0, 1.5, 0.0, -2.0, 3.0, 0.0, 7.0], dtype=np.float32)
-CLEAR_ERRORS = ("FileNotFoundError", "ValueError", "TypeError", "IndexError", "KeyError",
+CLEAR_ERRORS = ("FileNotFoundError", "ValueError", "TypeError", "IndexError", "KeyError", "MemoryError",
                 "RuntimeError")
 
 
@@ -505,9 +505,14 @@ def attempt(load, make_vm, x):
         return "ValueError", str(e)
     try:
         return "ran", plain(make_vm(core)(x))
-    except (ValueError, TypeError, IndexError, KeyError, RuntimeError) as e:
-        kind = next(t for t in (ValueError, TypeError, IndexError, KeyError, RuntimeError) if isinstance(e, t))
+    except _REFUSALS as e:
+        kind = next(t for t in _REFUSALS if isinstance(e, t))
         return kind.__name__, str(e) or type(e).__name__
+
+
+# What a mutant that loads may raise when run: clear errors (a size too
+# large for the device's memory is a MemoryError naming the bytes).
+_REFUSALS = (ValueError, TypeError, IndexError, KeyError, MemoryError, RuntimeError)
 
 
 def problem(m: Mutant, outcome, detail, reference, x):
