@@ -143,3 +143,16 @@ def test_cuda_device_round_trip():
 def test_bad_device_names_raise(spec, match):
     with pytest.raises(ValueError, match=match):
         shapefn.device(spec)
+
+
+def test_whether_cuda_exists_does_not_depend_on_importing_tvm(tmp_path):
+    # shapefn loads TVM's CUDA runtime itself (``import tvm`` would too): a
+    # process that never imports tvm gets the same answer as one that does.
+    answers = {}
+    for first in ("", "import tvm"):
+        run = _run(f"import sys\n{first}\nimport shapefn\n"
+                   "print(shapefn.tvm_device_exists('cuda'), 'tvm' in sys.modules)", tmp_path)
+        assert run.returncode == 0, run.stderr
+        answers[first] = run.stdout.split()
+    assert answers[""][1] == "False" and answers["import tvm"][1] == "True"
+    assert answers[""][0] == answers["import tvm"][0]

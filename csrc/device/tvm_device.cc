@@ -112,6 +112,15 @@ class TvmDevice final : public Device {
 
 bool TvmDeviceExists(const std::string& spec) {
   DeviceSpec parsed = ParseSpec(spec);
+  if (parsed.kind == "cuda") {
+    // TVM's CUDA runtime is loaded on demand (as MakeDevice does): without
+    // a driver or a CUDA runtime there is no CUDA device.
+    try {
+      LoadCudaRuntime();
+    } catch (const Error&) {
+      return false;
+    }
+  }
   tvm::runtime::DeviceAPI* api = FindApi(parsed.kind);
   return api != nullptr && Exists(api, parsed.device);
 }

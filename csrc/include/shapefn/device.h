@@ -110,7 +110,8 @@ std::shared_ptr<Device> MakeDevice(const std::string& name);
 // A TVM device ("cuda", "cuda:1", "cpu", ...) reached through TVM's DeviceAPI.
 // Throws Error(kValue) when TVM has no DeviceAPI for it or the device is absent.
 std::shared_ptr<Device> MakeTvmDevice(const std::string& spec);
-// Whether TVM reports the device as present (false when its runtime is missing).
+// Whether TVM reports the device as present (false when its runtime is missing;
+// "cuda" loads TVM's CUDA runtime first, as MakeDevice does).
 bool TvmDeviceExists(const std::string& spec);
 // Loads TVM's CUDA runtime (libtvm_runtime_cuda.so, beside libtvm_runtime.so)
 // unless `device_api.cuda` is registered already; MakeDevice calls it for

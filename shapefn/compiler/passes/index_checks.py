@@ -83,9 +83,11 @@ def _conditional(node):
         cond, then, other = call.args
         if _markers(cond) or not (_markers(then) or _markers(other)):
             # (a condition that reads a checked index itself, as ``from_end``'s
-            # sign test: its branches read what it read; conditions with
-            # markers inside each marker's condition would nest once per
-            # enclosing branch)
+            # sign test: its branches' checks stay unconditional, since making
+            # them conditional on it nests checks inside the conditions of
+            # checks once per enclosing branch. An index such a branch alone
+            # reads is then checked where the branch is not taken too: a
+            # report it would not have made, never a read outside a buffer)
             return call
         return tirx.if_then_else(cond, _under(then, cond), _under(other, tirx.Not(cond)))
 

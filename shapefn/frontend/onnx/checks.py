@@ -16,10 +16,10 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 _MICROSOFT_DOMAIN = "com.microsoft"
 _MICROSOFT_OPS = {"Attention", "BiasGelu", "EmbedLayerNormalization", "FastGelu", "Gelu", "MatMulInteger16",
                   "SkipLayerNormalization"}
-# Operators of ONNX's classical machine-learning domain shapefn converts (onnx_ml.py).
+# Operators of ONNX's classical machine-learning domain shapefn converts (ops/ml.py).
 _ML_DOMAIN = "ai.onnx.ml"
 _ML_OPS = {"ArrayFeatureExtractor", "Binarizer"}
-# Optimizers of ONNX's preview training domain shapefn converts (onnx_training.py).
+# Optimizers of ONNX's preview training domain shapefn converts (ops/training.py).
 _TRAINING_DOMAIN = "ai.onnx.preview.training"
 _TRAINING_OPS = {"Adagrad", "Adam", "Momentum"}
 _OTHER_DOMAINS_OPS = {(domain, op) for domain, ops in ((_MICROSOFT_DOMAIN, _MICROSOFT_OPS), (_ML_DOMAIN, _ML_OPS),

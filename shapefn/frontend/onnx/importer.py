@@ -52,7 +52,7 @@ _TVM_FOLDS_SCALARS = {"Add", "Sub", "Mul", "Div", "Mod", "Neg", "Identity"}
 _TVM_TAKES_SCALARS = {"Unsqueeze", "Slice", "Range"}
 
 # Ops the importer converts itself rather than through a converter.
-_IMPORTER_OPS = {"If", "Loop", "Constant", "Scan"}  # (Scan: as a Loop, onnx_scan.py)
+_IMPORTER_OPS = {"If", "Loop", "Constant", "Scan"}  # (Scan: as a Loop, scan.py)
 # Ops whose one output is a sequence or an optional, which TVM's importer
 # represents as a Relax tuple: bound whole. Every other converter result of
 # tuple type holds the node's outputs, possibly more of them than the node
@@ -511,7 +511,7 @@ def from_onnx(model, shape_dict: dict | None = None, sequence_lengths: dict | No
     it names them) unless ``shape_dict`` gives them. A graph input that is a
     sequence of tensors is imported for sequences of the length
     ``sequence_lengths`` gives it: the compiled function then takes that
-    many tensors in its place (``onnx_sequence_inputs``). Raises, before
+    many tensors in its place (``sequence_inputs.py``). Raises, before
     converting anything, ``UnsupportedOnnxOp`` listing every operator that
     cannot be imported and the nodes using it, and ``InvalidOnnxModel`` for a
     malformed model (``onnx.checker``, ONNX's shape inference as onnxruntime

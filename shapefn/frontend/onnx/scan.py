@@ -2,7 +2,7 @@
 
 A Scan runs its body once per slice of its scan inputs along their scan
 axes, carrying state variables, and stacks the body's scan outputs. Written
-as a Loop (which shapefn imports: ``onnx_loop.py``), the trip count is the
+as a Loop (which shapefn imports: ``loop.py``), the trip count is the
 first scan input's extent along its axis; the body gathers slice ``i`` of
 each scan input (``len - 1 - i`` in reverse), which the Scan body's nodes
 then read under their own names; the Loop stacks the scan outputs along a

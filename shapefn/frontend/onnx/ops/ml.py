@@ -1,6 +1,6 @@
 """shapefn's ONNX converters for operators of the ``ai.onnx.ml`` domain
 (classical machine learning) that are tensor arithmetic: Binarizer and
-ArrayFeatureExtractor. ``onnx_checks._ML_OPS`` lists them: nodes of that
+ArrayFeatureExtractor. ``checks._ML_OPS`` lists them: nodes of that
 domain with other operators are refused."""
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 ``ai.onnx.preview.training`` domain: Adagrad, Adam and Momentum (standard
 and Nesterov), each updating one or several tensors in one node (inputs
 ``R, T, X..., G..., [V...], [H...]``, outputs grouped the same way).
-``onnx_checks._TRAINING_OPS`` lists them."""
+``checks._TRAINING_OPS`` lists them."""
 from __future__ import annotations
 
 import onnx
