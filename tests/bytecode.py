@@ -1,11 +1,11 @@
-"""Helpers of the per-family bytecode tests (tests/test_bytecode_*.py):
-programs built with the builder, run on the VM, their disassembly checked
-through a save/load round trip, and verifier rejections expected."""
+"""Helpers of the Python bytecode tests (tests/test_bytecode_*.py, what
+only Python shows of an instruction family; the interpreter's semantics are
+tested in csrc/tests/test_interpreter_*.cc): programs built with the
+builder, run on the VM, their disassembly checked through a save/load round
+trip."""
 from __future__ import annotations
 
 import re
-
-import pytest
 
 import shapefn
 from shapefn import _core
@@ -41,22 +41,3 @@ def lines(exe, operand_names=True) -> list[str]:
     """The instruction lines of the disassembly, without the ``pc:`` prefix."""
     return [re.sub(r"^\s*\d+: ", "", line) for line in exe.as_text(operand_names).splitlines()
             if re.match(r"^\s+\d+: ", line)]
-
-
-def rejected(pb, message: str) -> str:
-    """Building ``pb`` fails verification with ``message`` (a substring)."""
-    with pytest.raises(shapefn.ExecutableFormatError, match=re.escape(message)) as info:
-        pb.build()
-    return str(info.value)
-
-
-def from_words(words, num_registers=4, **tables):
-    """An executable of one function ``main(x: float32[n])`` running raw
-    ``words`` (to reach encodings the builder never emits)."""
-    function = {"name": "main", "symbols": ["n"], "num_registers": num_registers, "code": list(words),
-                "params": [{"name": "x", "dtype": "float32", "dims": [-1], "device": 1}]}
-    return _core.Executable.from_parts([function], tables.get("constants", []), tables.get("kernels", []),
-                                       tables.get("shape_funcs", []), "")
-
-
-OPCODES = {name: i for i, (name, _) in enumerate(_core.isa())}

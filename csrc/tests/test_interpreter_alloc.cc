@@ -1,7 +1,8 @@
 // Instruction family: allocation — alloc_storage, alloc_tensor,
 // tensor_in_storage, view — on the host and on sim: where results land, the
-// bytes they share, the allocations counter, and the errors of sizes that do
-// not fit.
+// bytes they share, the allocations counter, their disassembly, the errors of
+// sizes that do not fit and the verifier's refusals. The family has no Python
+// half.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -33,10 +34,13 @@ TEST(InterpreterAlloc, AllocTensorPlacesShapeAndDtype) {
   // dtype words: code | bits << 8 | lanes << 16.
   const int64_t int16 = 0 | 16 << 8 | 1 << 16;
   EXPECT_EQ(EncodeDType(kI16), int16);
-  const std::string text =
-      Executable(Main(Code().LoadShape({1, List{2}}).AllocTensor({2, kHostSlot, 1, int16}).Ret({2}), 3))
-          .Disassemble(true);
-  EXPECT_NE(text.find("alloc_tensor dst=%2, device=@host, shape=%1, dtype=dtype:69632"), std::string::npos) << text;
+  for (int slot : {kHostSlot, kExecutionSlot}) {
+    const std::string text =
+        Executable(Main(Code().LoadShape({1, List{2}}).AllocTensor({2, slot, 1, int16}).Ret({2}), 3)).Disassemble(true);
+    const std::string name = slot == kHostSlot ? "host" : "device";
+    EXPECT_NE(text.find("alloc_tensor dst=%2, device=@" + name + ", shape=%1, dtype=dtype:69632"), std::string::npos)
+        << text;
+  }
 }
 
 TEST(InterpreterAlloc, TensorsInOneStorageShareItsBytes) {

@@ -1,8 +1,9 @@
 // Instruction family: control flow and calls — if, goto, call, ret; loops,
-// recursion, the tail-call form (a goto back to the start), the limits on
-// call depth and instructions, errors named by the source of the failing
+// recursion, the tail-call form (a goto back to the start), the limits on call
+// depth and instructions, errors named by the source of the failing
 // instruction, the entry's argument checks, and what the verifier refuses
-// (call arity, jump targets, functions that run past their end).
+// (call arity, jump targets, functions that run past their end). The family
+// has no Python half.
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -1,9 +1,10 @@
 // Instruction family: kernel calls — invoke_kernel with kernels the VM is
 // given (C++ functions here, as a kernel library's would be: tensors as
 // DLTensor views, ints and shapes as scalars) and with tvm-ffi global
-// functions (tensors lent as owning tvm-ffi Tensors), on the host and on
-// sim; the errors kernels raise keep their kind; kernel names resolve when
-// the VM is made and kernel indices are checked at load.
+// functions (tensors lent as owning tvm-ffi Tensors), on the host and on sim;
+// the errors kernels raise keep their kind; kernel names resolve when the VM
+// is made and kernel indices are checked at load. The family has no Python
+// half; kernels written in Python are tested in tests/test_extern_kernels.py.
 #include <gtest/gtest.h>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/error.h>

@@ -1,6 +1,9 @@
 // Instruction family: moving values between registers — move, load_int,
 // load_const, load_shape, kill, make_tuple, get_item, copy — run on the VM
-// (host and sim), and the verifier's refusals naming the operand.
+// (host and sim), disassembled by operand name, and the verifier's refusals
+// naming the operand. What only Python shows of them (an emptied register
+// as None, the builder's refusals of operands it cannot encode):
+// tests/test_bytecode_moves.py.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -22,8 +25,13 @@ TEST(InterpreterMoves, LoadsAndMovesFillRegisters) {
   EXPECT_EQ(run.counters.instructions, 5);
   EXPECT_EQ(run.counters.allocations, 0);
   const std::string text = Executable(Main(code, 5)).Disassemble(true);
-  EXPECT_NE(text.find("1: move dst=%2, src=%1"), std::string::npos) << text;
-  EXPECT_NE(text.find("2: load_shape dst=%3, dims=[2, 0, 5]"), std::string::npos) << text;
+  EXPECT_NE(text.find("  0: load_int dst=%1, value=7\n"
+                      "  1: move dst=%2, src=%1\n"
+                      "  2: load_shape dst=%3, dims=[2, 0, 5]\n"
+                      "  3: make_tuple dst=%4, fields=[%2, %3, %1]\n"
+                      "  4: ret value=%4\n"),
+            std::string::npos)
+      << text;
 }
 
 TEST(InterpreterMoves, MoveOverwritesItsDestination) {
@@ -82,6 +90,8 @@ TEST(InterpreterMoves, KillEmptiesARegisterAndItsTensorIsReused) {
     // The argument's upload and the two tensors, each one smallest block.
     const size_t block = MemoryPool::SizeClass(16);
     EXPECT_EQ(vm->pool_high_water_bytes(kExecutionSlot), (kill ? 2 : 3) * block);
+    const std::string text = Executable(Main(code, 5)).Disassemble(true);
+    EXPECT_EQ(text.find("kill reg=%2") != std::string::npos, kill) << text;
   }
 }
 
@@ -130,6 +140,9 @@ TEST(InterpreterMoves, CopyCrossesTheBoundaryAndIsCounted) {
   EXPECT_EQ(run.counters.h2d_bytes, 20);
   EXPECT_EQ(run.counters.d2h_bytes, 20);
   EXPECT_EQ(run.counters.syncs, 1);  // before the host copy may be read
+  const std::string text = Executable(Main(code, 4)).Disassemble(true);
+  EXPECT_NE(text.find("0: copy dst=%1, src=%0, device=@device"), std::string::npos) << text;
+  EXPECT_NE(text.find("1: copy dst=%2, src=%1, device=@host"), std::string::npos) << text;
 }
 
 TEST(InterpreterMoves, CopyToTheDeviceATensorIsOnIsNoCopy) {

@@ -1,7 +1,8 @@
 // Instruction family: readbacks — readback's forms (the values, as an int
 // for a 0-d tensor or a shape otherwise, or the tensor on the host), one
 // sync per instruction however many sources, host tensors read in place,
-// the dtypes it reads, and the verifier's rules on its lists.
+// the dtypes it reads, and the verifier's rules on its lists. The builder's
+// readback, which takes the forms as flags: tests/test_bytecode_readback.py.
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -3,7 +3,8 @@
 // that report what they were handed), values copied to the host only where
 // the mask says, a shape function the executable carries (compiled host
 // code, here a C++ function), and arity and output counts checked once,
-// when the VM is made.
+// when the VM is made. A shape function written in Python:
+// tests/test_bytecode_shape_funcs.py.
 #include <gtest/gtest.h>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/function.h>
@@ -107,6 +108,11 @@ TEST(InterpreterShapeFuncs, BuiltinsFromTheRegistry) {
   EXPECT_EQ(Show(run.result), "[3, 4]");
   EXPECT_EQ(run.counters.d2h_bytes, 0);
   EXPECT_EQ(run.counters.syncs, 0);
+  EXPECT_EQ(run.counters.shape_func_calls, 1);
+  const std::string text = Executable(parts).Disassemble(true);
+  EXPECT_NE(text.find("0: invoke_shape_func shape_func=shape_func#0, inputs=[%0, %1], outputs=[%2], attrs=[]"),
+            std::string::npos)
+      << text;
 
   // relax.reshape reads its second input's value: from a device tensor
   // (copied), or from a shape register (already on the host).

@@ -1,7 +1,8 @@
-// Instruction family: arithmetic on ints and shapes — add, sub, mul,
-// floordiv, floormod, min, max, lt, eq, shape_of, shape_get, shape_make,
-// shape_build, tensor_dim, shape_numel — against tables of expected values
-// (floor semantics, checked overflow), and the errors they raise.
+// Instruction family: arithmetic on ints and shapes — add, sub, mul, floordiv,
+// floormod, min, max, lt, eq, shape_of, shape_get, shape_make, shape_build,
+// tensor_dim, shape_numel — against tables of expected values (floor
+// semantics, checked overflow), their disassembly, the errors they raise and
+// the verifier's refusals. The family has no Python half.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -17,8 +18,9 @@ namespace {
 constexpr int64_t kBig = int64_t{1} << 40;
 const std::vector<std::pair<int64_t, int64_t>> kPairs = {{7, 2}, {-7, 2}, {7, -2}, {-7, -2}, {0, 5}, {5, 5}, {kBig, 3}};
 
-// `op` over kPairs: one program of load_int, load_int, op per pair.
-std::vector<int64_t> Apply(Code& (Code::*op)(std::initializer_list<Operand>)) {
+// `op` (written `mnemonic`) over kPairs: one program of load_int, load_int,
+// op per pair.
+std::vector<int64_t> Apply(Code& (Code::*op)(std::initializer_list<Operand>), const std::string& mnemonic) {
   Code code;
   List results{};
   int64_t r = 1;
@@ -29,6 +31,8 @@ std::vector<int64_t> Apply(Code& (Code::*op)(std::initializer_list<Operand>)) {
     r += 3;
   }
   code.MakeTuple({r, results}).Ret({r});
+  const std::string text = Executable(Main(code, r + 1)).Disassemble(true);
+  EXPECT_NE(text.find("  2: " + mnemonic + " dst=%3, lhs=%1, rhs=%2\n"), std::string::npos) << text;
   Value result = RunMain(Main(code, r + 1), {Iota({1})}).result;
   std::vector<int64_t> out;
   for (size_t i = 0; i < kPairs.size(); ++i) {
@@ -41,17 +45,17 @@ std::vector<int64_t> Apply(Code& (Code::*op)(std::initializer_list<Operand>)) {
 
 TEST(InterpreterShapes, ArithmeticFollowsFloorSemantics) {
   using V = std::vector<int64_t>;
-  EXPECT_EQ(Apply(&Code::Add), (V{9, -5, 5, -9, 5, 10, kBig + 3}));
-  EXPECT_EQ(Apply(&Code::Sub), (V{5, -9, 9, -5, -5, 0, kBig - 3}));
-  EXPECT_EQ(Apply(&Code::Mul), (V{14, -14, -14, 14, 0, 25, 3 * kBig}));
+  EXPECT_EQ(Apply(&Code::Add, "add"), (V{9, -5, 5, -9, 5, 10, kBig + 3}));
+  EXPECT_EQ(Apply(&Code::Sub, "sub"), (V{5, -9, 9, -5, -5, 0, kBig - 3}));
+  EXPECT_EQ(Apply(&Code::Mul, "mul"), (V{14, -14, -14, 14, 0, 25, 3 * kBig}));
   // Rounded toward negative infinity, as Python's // (not C++'s /).
-  EXPECT_EQ(Apply(&Code::FloorDiv), (V{3, -4, -4, 3, 0, 1, 366503875925}));
+  EXPECT_EQ(Apply(&Code::FloorDiv, "floordiv"), (V{3, -4, -4, 3, 0, 1, 366503875925}));
   // The sign of the divisor, as Python's % (not C++'s %).
-  EXPECT_EQ(Apply(&Code::FloorMod), (V{1, 1, -1, -1, 0, 0, 1}));
-  EXPECT_EQ(Apply(&Code::Min), (V{2, -7, -2, -7, 0, 5, 3}));
-  EXPECT_EQ(Apply(&Code::Max), (V{7, 2, 7, -2, 5, 5, kBig}));
-  EXPECT_EQ(Apply(&Code::Lt), (V{0, 1, 0, 1, 1, 0, 0}));
-  EXPECT_EQ(Apply(&Code::Eq), (V{0, 0, 0, 0, 0, 1, 0}));
+  EXPECT_EQ(Apply(&Code::FloorMod, "floormod"), (V{1, 1, -1, -1, 0, 0, 1}));
+  EXPECT_EQ(Apply(&Code::Min, "min"), (V{2, -7, -2, -7, 0, 5, 3}));
+  EXPECT_EQ(Apply(&Code::Max, "max"), (V{7, 2, 7, -2, 5, 5, kBig}));
+  EXPECT_EQ(Apply(&Code::Lt, "lt"), (V{0, 1, 0, 1, 1, 0, 0}));
+  EXPECT_EQ(Apply(&Code::Eq, "eq"), (V{0, 0, 0, 0, 0, 1, 0}));
 }
 
 // `op`(a, b) as main's result.
