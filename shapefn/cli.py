@@ -24,7 +24,9 @@ import time
 import traceback
 from pathlib import Path
 
-DEVICES = ("host", "sim", "opencl", "cuda")
+from .runtime import device_kinds
+
+DEVICES = device_kinds.offered()
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

@@ -1,6 +1,8 @@
 """Tables Python takes from C++ instead of spelling them again: device slots
 (shapefn/device_slot.h), the sim device's defaults (shapefn::SimConfig), and
-device names, parsed by shapefn::ParseDeviceName alone."""
+device names, parsed by shapefn::ParseDeviceName alone; and the kinds of
+device, one table in Python (runtime/device_kinds.py) that every list of
+them reads."""
 import pytest
 
 import shapefn
@@ -76,3 +78,43 @@ def test_named_devices():
 def test_device_counters_take_opencl_names_only():
     with pytest.raises(ValueError, match=r"device counters are kept for OpenCL devices"):
         shapefn.device_counters("sim")
+
+
+def test_every_list_of_device_kinds_is_the_one_table():
+    """The kinds the command line, ONNX's backend, the GPU schedules and the
+    executables' device codes know are read from runtime/device_kinds.py."""
+    from shapefn import cli
+    from shapefn.compiler.schedules import target_schedule
+    from shapefn.frontend.onnx import backend
+    from shapefn.runtime import builder, device_kinds
+
+    assert cli.DEVICES == backend._SHAPEFN_DEVICES == device_kinds.offered() == ("host", "sim", "opencl", "cuda")
+    assert target_schedule.GPU_KINDS == builder._DEVICE_MODULE_KINDS == device_kinds.gpu_kinds() \
+        == {"opencl", "cuda", "rocm", "vulkan", "metal"}
+    assert device_kinds.kind_of("opencl:1") is device_kinds.kind_of("opencl")
+    assert [k.name for k in device_kinds.KINDS if k.all_on_host] == ["host"]
+
+
+@pytest.mark.parametrize("name", ["tpu", "llvm", "", "Sim"])
+def test_a_device_of_no_kind_is_refused_before_compiling(name):
+    from tvm import relax
+
+    x = relax.Var("x", relax.TensorType([2], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        bb.emit_func_output(bb.emit(relax.op.add(x, x)))
+    with pytest.raises(ValueError, match=rf"device '{name}': expected one of host, sim, opencl, cuda, .*:<index>"):
+        shapefn.compile(bb.get(), name)
+
+
+@pytest.mark.parametrize("name, kind, gpu", [("sim", "sim", False), ("host", "host", False),
+                                             ("opencl:1", "opencl", True), ("cuda", "cuda", True),
+                                             ("cpu", "cpu", False)])
+def test_a_build_target_derives_everything_from_the_kind(name, kind, gpu):
+    from shapefn.compiler.build_target import BuildTarget
+    from shapefn.compiler.passes import placement
+
+    build = BuildTarget.of(name)
+    assert (build.device, build.kind.name, build.gpu) == (name, kind, gpu)
+    assert build.target.kind.name == (kind if gpu else "llvm")
+    assert build.policy is (placement.ALL_ON_HOST if name == "host" else placement.ON_DEVICE)

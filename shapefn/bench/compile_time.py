@@ -37,6 +37,7 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
+from ..compiler.build_target import BuildTarget
 from ..compiler.codegen import bytecode as codegen
 from ..compiler.passes import placement, readback_order
 from ..compiler.passes.lower_dynamic import lower_dynamic_ops
@@ -137,7 +138,7 @@ def _compile_phases(mod: tvm.IRModule, device: str, count_calls: bool) -> dict:
     phases["codegen"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    target = _compile_module._target_for(device, None)
+    target = BuildTarget.of(device).target
     library, _ = _compile_module.build_kernels(_compile_module.schedule_kernels(lowered, generated, target), target)
     kernel_seconds = time.perf_counter() - start
 

@@ -18,6 +18,7 @@ import tvm
 from ..runtime.executable import Executable
 from ..runtime.progress import QUIET, Progress
 from . import interrupts
+from .build_target import BuildTarget
 from .codegen import bytecode as codegen
 from .machine_code import cuda_fatbin, kernel_cache
 from .passes import host_params, index_checks, placement, readback_order
@@ -27,15 +28,6 @@ from .schedules import target_schedule
 
 __all__ = ["build_kernels", "compile", "gc_paused", "lower", "lower_dynamic_ops", "schedule_kernels",
            "scheduled_kernels"]
-
-
-def _target_for(device: str, target) -> tvm.target.Target:
-    if target is not None:
-        return target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
-    if device in ("sim", "host", "cpu"):
-        return target_schedule.host_target()
-    kind = device.split(":")[0]
-    return tvm.target.Target(kind, host=target_schedule.host_target())
 
 
 @contextlib.contextmanager
@@ -56,8 +48,9 @@ def gc_paused():
 
 def compile(mod: tvm.IRModule, device: str = "sim", *, target=None,  # noqa: A001 - the public name
             dependence: str = "per-input", progress=False, cuda_archs=None) -> Executable:
-    """Compiles a Relax module (entry ``main``) for ``device``: "sim", "host"
-    or a TVM device name such as "cuda"; ``target`` overrides the kernel
+    """Compiles a Relax module (entry ``main``) for ``device``: "sim",
+    "host", "opencl", "cuda" or another kind of ``runtime/device_kinds.py``
+    (optionally with ":<index>"); ``target`` overrides the kernel
     target. ``dependence`` is the default mode of VMs made from the result
     ("per-op" reproduces whole-tensor copies, for comparison). ``progress``
     prints the phases and a bar over the kernels built to stderr: True,
@@ -72,13 +65,14 @@ def compile(mod: tvm.IRModule, device: str = "sim", *, target=None,  # noqa: A00
     if dependence not in ("per-input", "per-op"):
         raise ValueError(f"dependence must be 'per-input' or 'per-op', got {dependence!r}")
     report = Progress.of(progress)
-    tvm_target = _target_for(device, target)
+    build = BuildTarget.of(device, target)
+    tvm_target = build.target
     if tvm_target.kind.name == "cuda":
         cuda_archs = cuda_fatbin.architectures(tvm_target, cuda_archs)  # (a bad name fails before the compile)
     elif cuda_archs is not None:
         raise ValueError(f"cuda_archs is for CUDA builds; this one is for {tvm_target.kind.name}")
     with interrupts.kept(), gc_paused():
-        generated, scheduled = _generate(mod, device, tvm_target, report)
+        generated, scheduled = _generate(mod, build, report)
         with report.phase("building kernels"):
             library, library_path = build_kernels(scheduled, tvm_target, report, cuda_archs)  # via the kernel cache
         return generated.program.build(library=library, library_path=library_path, default_dependence=dependence,
@@ -86,22 +80,20 @@ def compile(mod: tvm.IRModule, device: str = "sim", *, target=None,  # noqa: A00
                                        device_code=target_schedule.device_code(tvm_target) if library else "")
 
 
-def _generate(mod: tvm.IRModule, device: str, tvm_target: tvm.target.Target, report: Progress):
-    """The bytecode and the scheduled kernels of ``mod`` for ``device``."""
-    gpu = target_schedule.is_gpu(tvm_target)
-    policy = placement.policy_for(device)
+def _generate(mod: tvm.IRModule, build: BuildTarget, report: Progress):
+    """The bytecode and the scheduled kernels of ``mod`` for ``build``."""
     with report.phase("lowering data-dependent ops"):
-        mod = lower_dynamic_ops(mod, gpu)                      # data-dependent ops -> shape functions
+        mod = lower_dynamic_ops(mod, build.gpu)                # data-dependent ops -> shape functions
     with report.phase("TVM's Relax passes"):
-        mod = lower(mod, tvm_target)                           # TVM's Relax passes, shapefn's legalizations
+        mod = lower(mod, build.target)                         # TVM's Relax passes, shapefn's legalizations
     with report.phase("placement and bytecode"):
-        host = host_params.plan(mod, policy)                   # loops' tensors read only for shapes
+        host = host_params.plan(mod, build.policy)             # loops' tensors read only for shapes
         mod = host_params.read_back_host_params(mod, host)
-        places = placement.place_module(mod, policy, host)     # host or device, per tensor and kernel
+        places = placement.place_module(mod, build.policy, host)  # host or device, per tensor and kernel
         readbacks = readback_order.order_module(mod)            # readbacks batched, one sync per phase
-        generated = codegen.generate(mod, places, readbacks, separate_host_kernels=gpu)  # bytecode
+        generated = codegen.generate(mod, places, readbacks, separate_host_kernels=build.gpu)  # bytecode
     with report.phase("scheduling kernels"):
-        scheduled = schedule_kernels(mod, generated, tvm_target)  # each kernel for its processor
+        scheduled = schedule_kernels(mod, generated, build.target)  # each kernel for its processor
     return generated, scheduled
 
 
@@ -111,7 +103,7 @@ def scheduled_kernels(mod: tvm.IRModule, device: str) -> target_schedule.Schedul
     machine has no compiler or driver for can inspect. Raises as
     ``compile`` does for a kernel that cannot run where it is placed."""
     with gc_paused():
-        return _generate(mod, device, _target_for(device, None), QUIET)[1]
+        return _generate(mod, BuildTarget.of(device), QUIET)[1]
 
 
 def schedule_kernels(mod: tvm.IRModule, generated: codegen.GeneratedProgram,

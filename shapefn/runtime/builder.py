@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import _core
-from . import libraries
+from . import device_kinds, libraries
 from ._instructions import InstructionMethods
 from ._operands import DeviceName, DTypeLike, Label, Reg
 from .devices import DEVICE_SLOTS
@@ -268,7 +268,7 @@ class ProgramBuilder:
         return Executable(core, funcs, library, library_path=library_path, default_dependence=default_dependence)
 
 
-_DEVICE_MODULE_KINDS = {"cuda", "opencl", "vulkan", "metal", "rocm"}
+_DEVICE_MODULE_KINDS = device_kinds.gpu_kinds()  # (a GPU kind's TVM device module has its name)
 
 
 def _device_code_of(library) -> str:

@@ -3,6 +3,7 @@ shapefn's own runtime, and TVM devices."""
 from __future__ import annotations
 
 from .. import _core
+from . import device_kinds
 
 Device = _core.Device
 
@@ -76,7 +77,7 @@ def list_devices() -> list[dict]:
     OpenCL entries carry the fields of ``opencl_devices()``."""
     found = [{"name": "host", "kind": "host"}, {"name": "sim", "kind": "sim"}]
     found += [{**info, "kind": "opencl"} for info in opencl_devices()]
-    for kind in ("cuda", "rocm", "vulkan", "metal"):
+    for kind in (k.name for k in device_kinds.KINDS if k.runtime == "tvm" and k.gpu):
         index = 0
         while tvm_device_exists(f"{kind}:{index}"):
             found.append({"name": f"{kind}:{index}", "kind": kind})

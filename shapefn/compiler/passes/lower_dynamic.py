@@ -5,7 +5,8 @@ values becomes: a host shape-function call (the VM hands it what the op's
 mask says), a ``match_cast`` binding fresh size variables, and a kernel whose
 output carries those variables. Count-sized ops (nonzero, unique, NMS) get an
 upper bound, a kernel that writes a count, a read of that count alone, and a
-view of the exact result. Everything else is left to TVM.
+view of the exact result. Everything else is left to TVM. Which ops are
+lowered, and how, is one table (``_LOWERINGS``: op name -> the method).
 
 For a GPU target the kernels are shapefn's GPU forms where there are some
 (``target_schedule.kernel_form``), top-k kernels made by ``shapefn.compiler.ops``
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 import tvm
 import tvm_ffi
@@ -27,19 +29,37 @@ from ..kernels.slicing import slice_extents, strided_slice
 from ..schedules.target_schedule import kernel_form
 from ..shape_calls import emit_count, emit_shape, emit_view
 
-_FROM_TENSOR_TO_SHAPE = {"relax.reshape", "relax.full", "relax.zeros", "relax.ones", "relax.broadcast_to",
-                         "relax.image.resize2d"}
-
-
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
-_COUNT_SIZED = {"relax.nonzero", "relax.unique", "relax.vision.all_class_non_max_suppression"}
-_BROADCASTING = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.floor_divide",
+
+@dataclass(frozen=True)
+class _Lowering:
+    """How the pass lowers calls of one Relax op."""
+
+    method: str                       # the _DynamicOps method: (call) -> the lowered expression
+    counted: bool = False             # count-sized: lowered once per scope (the count is read back)
+    unknown_shape_only: bool = False  # only calls whose result's shape is unknown
+
+
+_BROADCASTING = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.floor_divide",
                  "relax.power", "relax.maximum", "relax.minimum", "relax.equal", "relax.not_equal",
                  "relax.less", "relax.less_equal", "relax.greater", "relax.greater_equal", "relax.logical_and",
                  "relax.logical_or", "relax.logical_xor", "relax.bitwise_and", "relax.bitwise_or",
                  "relax.bitwise_xor", "relax.left_shift", "relax.right_shift", "relax.atan2", "relax.where",
-                 "relax.floor_mod", "relax.mod"}
+                 "relax.floor_mod", "relax.mod")
+# Relax op name -> its lowering. Ops with a shape argument made from a
+# tensor's value (``R.tensor_to_shape``) go through ``_from_runtime_shape``.
+_LOWERINGS: dict[str, _Lowering] = {
+    "relax.nonzero": _Lowering("_nonzero", counted=True),
+    "relax.unique": _Lowering("_unique", counted=True),
+    "relax.vision.all_class_non_max_suppression": _Lowering("_nms", counted=True),
+    "relax.dynamic_strided_slice": _Lowering("_strided_slice"),
+    **{name: _Lowering("_from_runtime_shape") for name in ("relax.reshape", "relax.full", "relax.zeros", "relax.ones",
+                                                            "relax.broadcast_to", "relax.image.resize2d")},
+    **{name: _Lowering("_broadcasting", unknown_shape_only=True) for name in _BROADCASTING},
+    "relax.concat": _Lowering("_concat", unknown_shape_only=True),
+    "relax.matmul": _Lowering("_batched_matmul", unknown_shape_only=True),
+}
 
 
 def _unknown_shape(call: relax.Call) -> bool:
@@ -133,30 +153,22 @@ class _Lowering(relax.PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self._with_known_shapes(super().visit_call_(call))
-        name = getattr(call.op, "name", None)
-        if name in _COUNT_SIZED:
-            # Exporters repeat these (SSD-lite runs each class's nonzero twice)
-            # and each costs a read of its count: compute each once per scope.
-            k = tvm_ffi.StructuralKey(call)
-            for scope in reversed(self._seen):
-                if k in scope:
-                    return scope[k]
-            lowered = self._nonzero(call) if name == "relax.nonzero" else (
-                self._unique(call) if name == "relax.unique" else self._nms(call))
-            bound = self.builder_.emit(lowered)
-            self._seen[-1][k] = bound
-            return bound
-        if name == "relax.dynamic_strided_slice":
-            return self._strided_slice(call)
-        if name in _FROM_TENSOR_TO_SHAPE:
-            return self._from_runtime_shape(call, name)
-        if _unknown_shape(call) and name in _BROADCASTING:
-            return self._broadcasting(call)
-        if _unknown_shape(call) and name == "relax.concat":
-            return self._concat(call)
-        if _unknown_shape(call) and name == "relax.matmul":
-            return self._batched_matmul(call)
-        return call
+        rule = _LOWERINGS.get(getattr(call.op, "name", None))
+        if rule is None or (rule.unknown_shape_only and not _unknown_shape(call)):
+            return call
+        lower = getattr(self, rule.method)
+        if not rule.counted:
+            return lower(call)
+        # Exporters repeat count-sized ops (SSD-lite runs each class's
+        # nonzero twice) and each costs a read of its count: compute each
+        # once per scope.
+        k = tvm_ffi.StructuralKey(call)
+        for scope in reversed(self._seen):
+            if k in scope:
+                return scope[k]
+        bound = self.builder_.emit(lower(call))
+        self._seen[-1][k] = bound
+        return bound
 
     def _with_known_shapes(self, call: relax.Call) -> relax.Call:
         """An op whose tensor operands have a rank but no shape (results of
@@ -253,10 +265,11 @@ class _Lowering(relax.PyExprMutator):
         kernel = self._kernel(f"shapefn_strided_slice_{ndim}d_{dtype}", strided_slice(ndim, dtype))
         return relax.call_tir(kernel, [data, begin, strides], relax.TensorType(dims, dtype))
 
-    def _from_runtime_shape(self, call: relax.Call, name: str) -> relax.Expr:
+    def _from_runtime_shape(self, call: relax.Call) -> relax.Expr:
         """``op(..., R.tensor_to_shape(t))``: the shape function reads t's value
         (with -1 / 0 / broadcasting rules applied on the host); the op then
         gets a shape of fresh size variables that TVM legalizes as usual."""
+        name = call.op.name
         shape_arg = 0 if name in ("relax.full", "relax.zeros", "relax.ones") else 1
         source = self._source(call.args[shape_arg])
         if source is None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import relax
 
+from ...runtime import device_kinds
 from ...runtime.devices import EXECUTION_SLOT, HOST_SLOT
 from ..schedules.target_schedule import host_form
 from ..shape_calls import TO_HOST, VIEW
@@ -92,8 +93,9 @@ ALL_ON_HOST = PlacementPolicy(HOST)
 
 
 def policy_for(device: str) -> PlacementPolicy:
-    """The policy for a VM on ``device``: the host device runs everything on the host."""
-    return ALL_ON_HOST if device == "host" else ON_DEVICE
+    """The policy for a VM on ``device``: a kind that keeps everything on
+    the host (``host``, ``runtime/device_kinds.py``) runs everything there."""
+    return ALL_ON_HOST if device_kinds.kind_of(device).all_on_host else ON_DEVICE
 
 
 @dataclass

@@ -48,10 +48,11 @@ from tvm.s_tir import dlight
 from tvm.target import codegen
 
 from ... import _core
+from ...runtime import device_kinds
 from ..kernels import gpu as gpu_kernels
 from . import cpu_schedule
 
-GPU_KINDS = frozenset({"cuda", "rocm", "opencl", "vulkan", "metal"})
+GPU_KINDS = device_kinds.gpu_kinds()
 # Part of every GPU build's kernel keys: a change to the rules, the
 # single-thread form or the check here rebuilds GPU libraries.
 GPU_VERSION = "dlight-default-4"

@@ -21,6 +21,7 @@ import onnx
 from onnx.backend.base import Backend, BackendRep
 
 from ...compiler.compile import compile as _compile
+from ...runtime import device_kinds
 from ...runtime.devices import sim, tvm_device_exists
 from ...runtime.vm import VirtualMachine
 from .. import from_onnx
@@ -30,7 +31,7 @@ __all__ = ["DEVICE", "ShapefnBackend", "ShapefnRep", "prepare", "run_model", "ru
 
 # What ONNX's "CPU" device runs on.
 DEVICE = "sim"
-_SHAPEFN_DEVICES = ("sim", "host", "opencl", "cuda")
+_SHAPEFN_DEVICES = device_kinds.offered()
 
 
 def _device(device: str) -> str:
