@@ -144,3 +144,32 @@ def test_concat_and_scatter_count_the_same_on_sim_and_opencl():
     for device, runs in scatter.items():
         for args, (got, _) in zip(calls, runs, strict=True):
             np.testing.assert_allclose(got, numpy_scatter_elements(*args, 0, "add"), rtol=1e-6, err_msg=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op, descending, dtype", [("sort", False, "float32"), ("sort", True, "int32"),
+                                                   ("argsort", False, "float32"), ("argsort", True, "float32"),
+                                                   ("argsort", False, "int64")])
+def test_sort_and_argsort_are_stable_and_match_tvms_vm(op, descending, dtype, device):
+    """``relax.sort`` / ``relax.argsort`` (no legalization of TVM's: its
+    pipeline calls a packed function of its runtime) over a symbolic extent,
+    with ties, on sim, host and opencl, against numpy's stable sort and
+    TVM's Relax VM; and scheduled on GPU threads for CUDA."""
+    from conftest import assert_parallel_on_gpus, relax_main, sym
+
+    def body(bb, x):
+        if op == "sort":
+            return bb.emit(relax.op.sort(x, axis=1, descending=descending))
+        return bb.emit(relax.op.argsort(x, axis=1, descending=descending, dtype="int32"))
+
+    mod = relax_main([("x", [3, sym("n")], dtype)], body)
+    rng = np.random.default_rng(7)
+    x = rng.integers(-3, 4, size=(3, 9)).astype(dtype)  # (ties in every row)
+    order = np.argsort(-x if descending else x, axis=1, kind="stable")
+    expected = np.take_along_axis(x, order, 1) if op == "sort" else order.astype("int32")
+    for name in [device, *(["host"] if device == "sim" else [])]:
+        got = shapefn.VirtualMachine(shapefn.compile(mod, name), vm_device(name))(x).numpy()
+        np.testing.assert_array_equal(got, expected, err_msg=name)
+    np.testing.assert_array_equal(relax_vm(mod, x), expected)
+    if device == "sim":
+        assert_parallel_on_gpus(mod)

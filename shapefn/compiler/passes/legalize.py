@@ -50,6 +50,8 @@ def legalize_map(gpu: bool = False) -> dict:
             "relax.scatter_elements": functools.partial(legalize_scatter_elements, gpu=gpu),
             "relax.scatter_nd": functools.partial(legalize_scatter_nd, gpu=gpu),
             "relax.topk": functools.partial(legalize_topk, gpu=gpu),
+            "relax.sort": functools.partial(legalize_sort, gpu=gpu, output="values"),
+            "relax.argsort": functools.partial(legalize_sort, gpu=gpu, output="indices"),
             "relax.cumsum": functools.partial(legalize_cumulative, op="sum", gpu=gpu),
             "relax.cumprod": functools.partial(legalize_cumulative, op="prod", gpu=gpu),
             "relax.nn.relu": legalize_relu, "relax.clip": legalize_clip,
@@ -412,6 +414,28 @@ def legalize_topk(bb: relax.BlockBuilder, call: relax.Call, gpu: bool = False) -
     if str(attrs.dtype) != "int64":
         indices = bb.emit_te(topi.cast, indices, str(attrs.dtype))
     return {"both": relax.Tuple([values, indices]), "values": values, "indices": indices}[str(attrs.ret_type)]
+
+
+def legalize_sort(bb: relax.BlockBuilder, call: relax.Call, output: str, gpu: bool = False) -> relax.Expr:
+    """``relax.sort`` (``output="values"``) and ``relax.argsort``
+    (``"indices"``) through shapefn's top-k kernel with k the whole axis:
+    stable (equal values by the lower index, in either direction), NaN the
+    largest value, as top-k orders them. (TVM's own lowering of the two,
+    ``DispatchSortScan``, calls a packed function of TVM's runtime on CPUs.)"""
+    (data,) = call.args
+    ndim, dtype = data.ty.ndim, str(data.ty.dtype)
+    if ndim == 0:
+        return data if output == "values" else bb.emit(relax.const(0, str(call.attrs.dtype)))
+    shape = data.ty.shape
+    kernel = kernel_form(dynamic.topk, gpu)(ndim, int(call.attrs.axis) % ndim, dtype, bool(call.attrs.descending), True)
+    result = bb.emit(relax.call_tir(bb.add_func(kernel, "sort"), [data],
+                                    [relax.TensorType(shape, dtype), relax.TensorType(shape, "int64")]))
+    if output == "values":
+        return bb.emit(relax.TupleGetItem(result, 0))
+    indices = bb.emit(relax.TupleGetItem(result, 1))
+    if str(call.attrs.dtype) != "int64":
+        indices = bb.emit_te(topi.cast, indices, str(call.attrs.dtype))
+    return indices
 
 
 def legalize_cumulative(bb: relax.BlockBuilder, call: relax.Call, op: str, gpu: bool = False) -> relax.Expr:
