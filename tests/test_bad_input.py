@@ -260,7 +260,7 @@ def test_unsupported_onnx_ops_are_all_listed_with_their_nodes_before_conversion(
     def no_conversion(*args):
         raise AssertionError("a node was converted before the model was checked")
 
-    monkeypatch.setattr(shapefn.frontend.onnx.importer._Importer, "_construct_node", no_conversion)
+    monkeypatch.setattr(shapefn.frontend.onnx.importer._Importer, "construct_node", no_conversion)
     with pytest.raises(UnsupportedOnnxOp) as info:
         shapefn.from_onnx(model)
     assert str(info.value) == ("ONNX operators not supported: StringSplit (node 'split_in_branch'); "

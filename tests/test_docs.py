@@ -127,6 +127,45 @@ def test_a_broken_link_is_found(tmp_path):
                                  "doc.md:4: gone.png (no such file)"]
 
 
+def section(path: Path, anchor: str) -> str:
+    """The text of ``path`` under the heading of ``anchor``, up to the next
+    heading of the same or a higher level."""
+    lines, out, level = path.read_text().splitlines(), [], None
+    for line in lines:
+        heading = HEADING.match(line)
+        if heading and level is not None and len(heading.group(1)) <= level:
+            break
+        if level is not None:
+            out.append(line)
+        elif heading and slug(heading.group(2)) == anchor:
+            level = len(heading.group(1))
+    return "\n".join(out)
+
+
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def test_the_readmes_headline_figures_are_those_of_their_home():
+    """Each row of the README's "Headline figures" quotes a figure whose
+    home is the section of docs/bench/README.md its first cell links to:
+    every number of its shapefn and "against" cells is there too, so the
+    two cannot drift apart."""
+    rows = [line for line in section(README, "headline-figures").splitlines()
+            if line.startswith("| [")]
+    assert rows, "the README has no headline figures linked to their home"
+    drifted = []
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        target = LINK.search(cells[0]).group(1)
+        file, _, anchor = target.partition("#")
+        home = section((README.parent / file).resolve(), anchor)
+        assert home, f"{target}: no such section"
+        for number in NUMBER.findall(" ".join(cells[1:3]).replace("**", "")):
+            if number not in home:
+                drifted.append(f"{cells[0]}: {number} is not in {target}")
+    assert not drifted, "\n".join(drifted)
+
+
 def commands(block: Block) -> list[str]:
     """The command lines of a shell block (continuations joined)."""
     return [line for line in block.text.replace("\\\n", " ").splitlines()

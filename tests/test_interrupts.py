@@ -49,7 +49,7 @@ SCRIPT = textwrap.dedent("""
         setattr(module, sys.argv[2], function)
         if sys.argv[1] == "shapefn.frontend.onnx.ops.indexing":
             from shapefn.frontend.onnx import registry
-            registry.CONVERTERS["Gather"] = function
+            registry.CONVERTERS[("", "Gather")] = function
         for name in ("shapefn.compiler.compile", "shapefn.compiler.passes.relax_passes"):
             m = importlib.import_module(name)
             if hasattr(m, sys.argv[2]):

@@ -13,7 +13,9 @@
 
 ``ops.py`` and ``shape_calls.py`` are the Relax forms frontends emit for
 data-dependent ops and shapes; ``interrupts.py`` makes Ctrl-C raise in every
-phase; ``hand_built.py`` compiles kernels for hand-built VM programs.
+phase; ``hand_built.py`` compiles kernels for hand-built VM programs;
+``tvm_compat.py`` is the one module that uses TVM's private or unpublished
+names (the ONNX importer's hooks among them), each under a name of shapefn's.
 
 The package imports none of its modules, so importing one (as the
 registry and the kernel cache do) does not import the whole compiler."""

@@ -20,9 +20,9 @@ import re
 
 import tvm
 from tvm import relax
-from tvm.relax.expr import _update_type
 
 from ..passes.placement import key
+from ..tvm_compat import update_type
 
 __all__ = ["SOURCES_ATTR", "call_tir_rewrite", "fuse_ops", "name_after_sources", "source_of"]
 
@@ -243,7 +243,7 @@ def call_tir_rewrite(mod: tvm.IRModule) -> tvm.IRModule:
 def _with_span(call: relax.Call, source: str) -> relax.Call:
     spanned = relax.Call(call.op, call.args, call.attrs, call.ty_args,
                          tvm.ir.Span(tvm.ir.SourceName(source), 0, 0, 0, 0))
-    _update_type(spanned, call.ty)
+    update_type(spanned, call.ty)
     return spanned
 
 
@@ -309,7 +309,7 @@ class _Spans:
 
 
 def _typed(new: relax.Expr, old: relax.Expr) -> relax.Expr:
-    _update_type(new, old.ty)
+    update_type(new, old.ty)
     return new
 
 

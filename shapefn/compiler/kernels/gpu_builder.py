@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from tvm import ir, tirx
 from tvm.script.ir_builder import tirx as T
 
+from .. import tvm_compat
 from .heap import Before, Swap
 from .tir_builder import i64, local
 
@@ -46,7 +47,7 @@ _OPENCL_LOCAL_AND_GLOBAL_FENCE = 3
 def _register_group_barrier() -> None:
     if _GROUP_BARRIER in ir.Op.list_op_names():
         return
-    ir._ffi_api.RegisterOp(_GROUP_BARRIER, "work-group barrier ordering local and global memory")
+    tvm_compat.register_op(_GROUP_BARRIER, "work-group barrier ordering local and global memory")
     ir.register_op_attr(_GROUP_BARRIER, "TCallEffectKind", tirx.CallEffectKind.Opaque.value)
     ir.register_op_attr(_GROUP_BARRIER, "TScriptPrinterName", "shapefn_group_barrier")
     tirx.op.register_intrin_lowering(

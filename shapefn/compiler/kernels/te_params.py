@@ -20,15 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import threading
 
 import tvm
 from tvm.ir import Var
 
-# The TVM modules that call ``gen_call_tir_inputs`` by a name of their own
-# (``from .utils import gen_call_tir_inputs``): each binding is replaced.
-_CALLERS = ("tvm.relax.utils", "tvm.relax.block_builder", "tvm.relax.transform.legalize_ops.manipulate")
+from .. import tvm_compat
 
 
 def canonical(tir_func: tvm.tirx.PrimFunc, call_args: list) -> tuple[tvm.tirx.PrimFunc, list]:
@@ -76,7 +73,7 @@ def _first_occurrence(func: tvm.tirx.PrimFunc) -> dict[Var, int]:
 _lock = threading.Lock()
 _inside = threading.local()
 _threads_inside = 0
-_installed: dict[str, tuple] = {}  # module name -> (TVM's function, the wrapper)
+_restore = None  # puts TVM's function back (tvm_compat.replace_gen_call_tir_inputs)
 
 
 @contextlib.contextmanager
@@ -98,30 +95,20 @@ def in_order():
 
 
 def _enter() -> None:
-    global _threads_inside
+    global _threads_inside, _restore
     with _lock:
         if _threads_inside == 0:
-            for name in _CALLERS:
-                module = importlib.import_module(name)
-                original = module.gen_call_tir_inputs
-                wrapper = _in_order_inside(original)
-                module.gen_call_tir_inputs = wrapper
-                _installed[name] = (original, wrapper)
+            _restore = tvm_compat.replace_gen_call_tir_inputs(_in_order_inside)
         _threads_inside += 1
 
 
 def _leave() -> None:
-    global _threads_inside
+    global _threads_inside, _restore
     with _lock:
         _threads_inside -= 1
-        if _threads_inside:
-            return
-        for name, (original, wrapper) in _installed.items():
-            module = importlib.import_module(name)
-            # (a binding someone replaced since is theirs to restore)
-            if module.gen_call_tir_inputs is wrapper:
-                module.gen_call_tir_inputs = original
-        _installed.clear()
+        if _threads_inside == 0:
+            _restore()
+            _restore = None
 
 
 def _in_order_inside(gen_call_tir_inputs):

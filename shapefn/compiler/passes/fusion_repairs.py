@@ -48,6 +48,7 @@ import tvm
 import tvm_ffi
 from tvm import relax, s_tir, tirx
 
+from .. import tvm_compat
 from ..kernels import te_params
 
 _SCALAR, _SHAPE, _OTHER = "scalar", "shape", "other"
@@ -196,7 +197,7 @@ def _replaced(mod: tvm.IRModule, changes: dict) -> tvm.IRModule:
     calls = {}
     for gv, (func, name, arguments) in changes.items():
         replacement = tvm.ir.GlobalVar(name)
-        relax.expr._update_type(replacement, relax.FuncType([p.ty for p in func.params], func.ret_ty, True))
+        tvm_compat.update_type(replacement, relax.FuncType([p.ty for p in func.params], func.ret_ty, True))
         del functions[gv]
         functions[replacement] = func
         calls[gv] = (replacement, arguments)

@@ -23,6 +23,8 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import ir, tirx
 
+from .. import tvm_compat
+
 __all__ = ["RECORD_WORDS", "checked", "checked_tensor", "checks_of", "from_end", "materialize", "without_checks"]
 
 MARKER = "shapefn.checked_index"
@@ -35,7 +37,7 @@ def _register_marker() -> None:
     rather than calling a function that does not exist."""
     if MARKER in ir.Op.list_op_names():
         return
-    ir._ffi_api.RegisterOp(MARKER, "an index read from data, checked by index_checks.materialize")
+    tvm_compat.register_op(MARKER, "an index read from data, checked by index_checks.materialize")
     ir.register_op_attr(MARKER, "TCallEffectKind", tirx.CallEffectKind.Pure.value)
     ir.register_op_attr(MARKER, "TScriptPrinterName", "shapefn_checked_index")
 

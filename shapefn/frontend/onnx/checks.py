@@ -9,21 +9,10 @@ import onnx
 
 from ...runtime.errors import InvalidOnnxModel, UnsupportedOnnxOp
 from .functions import all_nodes, expand_functions, opset_of
+from .registry import DEFAULT_DOMAINS, qualified_name, supported_ops
 
-DEFAULT_DOMAINS = ("", "ai.onnx")
-# onnxruntime's contrib operators (domain com.microsoft) that TVM's converters
-# implement; TVM's importer dispatches on the operator's name alone.
+# onnxruntime's contrib operators, which onnx.checker has no schemas for.
 _MICROSOFT_DOMAIN = "com.microsoft"
-_MICROSOFT_OPS = {"Attention", "BiasGelu", "EmbedLayerNormalization", "FastGelu", "Gelu", "MatMulInteger16",
-                  "SkipLayerNormalization"}
-# Operators of ONNX's classical machine-learning domain shapefn converts (ops/ml.py).
-_ML_DOMAIN = "ai.onnx.ml"
-_ML_OPS = {"ArrayFeatureExtractor", "Binarizer"}
-# Optimizers of ONNX's preview training domain shapefn converts (ops/training.py).
-_TRAINING_DOMAIN = "ai.onnx.preview.training"
-_TRAINING_OPS = {"Adagrad", "Adam", "Momentum"}
-_OTHER_DOMAINS_OPS = {(domain, op) for domain, ops in ((_MICROSOFT_DOMAIN, _MICROSOFT_OPS), (_ML_DOMAIN, _ML_OPS),
-                                                       (_TRAINING_DOMAIN, _TRAINING_OPS)) for op in ops}
 # The domain nodes the checker has no schema for are moved to, on its copy.
 _UNCHECKED_DOMAIN = "shapefn.unchecked"
 
@@ -37,17 +26,18 @@ def node_label(node) -> str:
 
 def check_operators(model: onnx.ModelProto, supported: set[str], where: str = "") -> None:
     """Raises ``UnsupportedOnnxOp`` listing every operator of ``model``
-    (subgraphs included) not in ``supported``, with its nodes (``where``
-    says where they were found); then for a graph input or output, or a
+    (subgraphs included) that is not imported, with its nodes (``where``
+    says where they were found): in ONNX's domain, those not in
+    ``supported``; in another, those the registry has no converter for
+    (``registry.supported_ops``). Then for a graph input or output, or a
     Cast's result, of a type the VM does not take."""
     unsupported: dict[str, list[str]] = {}
-    for node in all_nodes(model.graph):
-        if node.domain in DEFAULT_DOMAINS and node.op_type in supported:
-            continue
-        if (node.domain, node.op_type) in _OTHER_DOMAINS_OPS:
-            continue
-        op = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
-        unsupported.setdefault(op, []).append(node_label(node))
+    graph_nodes = list(all_nodes(model.graph))
+    taken = {domain: supported_ops(domain) for domain in {n.domain for n in graph_nodes} - set(DEFAULT_DOMAINS)}
+    taken.update(dict.fromkeys(DEFAULT_DOMAINS, supported))
+    for node in graph_nodes:
+        if node.op_type not in taken[node.domain]:
+            unsupported.setdefault(qualified_name(node.domain, node.op_type), []).append(node_label(node))
     if unsupported:
         listing = "; ".join(f"{op} (node{'s' if len(nodes) > 1 else ''} {', '.join(nodes)})"
                             for op, nodes in sorted(unsupported.items()))

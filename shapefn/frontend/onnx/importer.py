@@ -18,9 +18,8 @@ import onnx
 import tvm
 from google.protobuf.message import DecodeError
 from tvm import relax
-from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 
-from ...compiler import interrupts
+from ...compiler import interrupts, tvm_compat
 from ...compiler.codegen.sources import name_after_sources
 from ...compiler.kernels import te_params
 from ...compiler.passes.placement import key
@@ -29,7 +28,7 @@ from . import ops as _ops  # noqa: F401  (registers every family's converters)
 from .checks import DEFAULT_DOMAINS, check_nodes, check_operators, check_shapes, for_checker, node_label
 from .functions import expand_functions, expand_preview, expandable, fold_constant_sizes, opset_of
 from .loop import convert_loop
-from .registry import CONVERTERS
+from .registry import ONNX_DOMAIN, converter_of, qualified_name, supported_ops, tvm_converts
 from .scan import scans_as_loops
 from .sequence_inputs import sequences_as_tensors
 from .values import const_value, prim_tensor
@@ -62,13 +61,13 @@ _SEQUENCE_OPS = {"Optional", "OptionalGetElement", "SequenceConstruct", "Sequenc
                  "SequenceInsert", "ConcatFromSequence", "SplitToSequence"}
 
 
-class _Importer(tvm_onnx.ONNXGraphImporter):
+class _Importer(tvm_compat.OnnxGraphImporter):
     _fresh = 0
 
-    def _check_for_unsupported_ops(self, graph):
+    def check_for_unsupported_ops(self, graph):
         pass  # from_onnx checked the whole model (TVM's check misses shapefn's converters)
 
-    def _parse_graph_input(self, graph):
+    def parse_graph_input(self, graph):
         """Input shapes from ``shape_dict`` or the model, each dimension a
         literal, a size variable shared by name, or a fresh size variable
         where the size is unknown: unnamed, ``?``, or negative (as
@@ -77,13 +76,13 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
         names: dict[str, tvm.tirx.Var] = {}
         initialized = {init.name for init in graph.initializer}
         for value in graph.input:
-            if value.name in self._shape:
-                self._shape[value.name] = [self._input_dim(value.name, axis, d, names)
-                                           for axis, d in enumerate(self._shape[value.name])]
+            if value.name in self.input_shapes:
+                self.input_shapes[value.name] = [self._input_dim(value.name, axis, d, names)
+                                           for axis, d in enumerate(self.input_shapes[value.name])]
             elif value.name not in initialized and value.type.tensor_type.HasField("shape"):
-                self._shape[value.name] = [self._input_dim(value.name, axis, d, names)
+                self.input_shapes[value.name] = [self._input_dim(value.name, axis, d, names)
                                            for axis, d in enumerate(value.type.tensor_type.shape.dim)]
-        super()._parse_graph_input(graph)
+        super().parse_graph_input(graph)
 
     @staticmethod
     def _input_dim(input_name, axis, dim, names):
@@ -93,24 +92,24 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
             else:
                 dim = dim.dim_param or None
         if isinstance(dim, str) and dim != "?":
-            return tvm_onnx.parse_shape_name(dim, names)
+            return tvm_compat.parse_shape_name(dim, names)
         if dim is None or isinstance(dim, str) or dim < 0:
             return tvm.tirx.Var(f"{input_name}_dim{axis}", "int64")
         return int(dim)
 
-    def _parse_attr(self, attr_proto):
+    def parse_attr(self, attr_proto):
         """Attributes as TVM's importer reads them, except that an empty list
         counts as absent (as onnxruntime reads one: ``axes=[]`` of a
         reduction reduces every axis) where TVM's refuses it."""
-        return super()._parse_attr([a for a in attr_proto if not _empty_list(a)])
+        return super().parse_attr([a for a in attr_proto if not _empty_list(a)])
 
-    def _construct_nodes(self, graph):
+    def construct_nodes(self, graph):
         for node in graph.node:
-            self._construct_node(node)
+            self.construct_node(node)
         for output in graph.output:
-            self._nodes[output.name] = self._as_tensor(self._nodes[output.name])
+            self.nodes[output.name] = self.as_tensor(self.nodes[output.name])
 
-    def _as_tensor(self, value):
+    def as_tensor(self, value):
         """A graph or branch result as a tensor: ONNX values are tensors, but
         TVM's importer keeps shape values as shapes or scalar PrimExprs."""
         ty = getattr(value, "ty", None)
@@ -120,31 +119,31 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
             return self.bb.emit(prim_tensor(self.bb, value))
         return value
 
-    def _construct_node(self, node):
+    def construct_node(self, node):
         self._convert_node(node)
         # What the node binds is named after it (``compiler.sources``): errors
         # at run time name the node.
         sources = self.__dict__.setdefault("sources", {})
         for name in node.output:
-            value = self._nodes.get(name) if name else None
+            value = self.nodes.get(name) if name else None
             if isinstance(value, relax.Call):  # (bound where first used, otherwise)
-                value = self._nodes[name] = self.bb.emit(value)
+                value = self.nodes[name] = self.bb.emit(value)
             if isinstance(value, relax.Var) and key(value) not in sources:
                 sources[key(value)] = (name, _described(node))
 
     def _convert_node(self, node):
         op_name = node.op_type
-        attr = self._parse_attr(node.attribute)
+        attr = self.parse_attr(node.attribute)
         for flag in ("keepdims", "largest", "sorted"):  # (as onnxruntime reads them: only 1 is true)
             if flag in attr:
                 attr[flag] = int(attr[flag] == 1)
-        inputs = tvm_onnx.onnx_input()
+        inputs = tvm_compat.onnx_input()
         for name in node.input:
             if name != "":
                 # Cast once per value, so every use sees the same sizes.
-                self._nodes[name] = self._with_shape(self._nodes[name], name)
-            inputs.append(self._nodes[name] if name != "" else None)
-        attr["tvm_custom"] = {"name": self._parse_value_proto(node), "num_outputs": len(node.output)}
+                self.nodes[name] = self.with_shape(self.nodes[name], name)
+            inputs.append(self.nodes[name] if name != "" else None)
+        attr["tvm_custom"] = {"name": self.parse_value_proto(node), "num_outputs": len(node.output)}
         outputs = list(node.output)
         _check_types(node, inputs, self.opset)
         _check_windows(node, inputs)
@@ -155,7 +154,7 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
                 # (a condition known at import, as ONNX's function bodies test ranks and attributes: only the
                 # branch taken is imported, and its sizes stay known)
                 results = self._inlined(attr["then_branch" if taken.item() else "else_branch"])
-                self._nodes.update((name, value) for name, value in zip(outputs, results) if name)
+                self.nodes.update((name, value) for name, value in zip(outputs, results) if name)
                 return
             cond = inputs[0]
             if isinstance(getattr(cond, "ty", None), relax.TensorType) and cond.ty.ndim == 1:
@@ -166,10 +165,10 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
             self._bind_outputs(outputs, result, split=len(outputs) > 1)
             return
         if op_name == "Loop":
-            self._nodes.update(zip(outputs, convert_loop(self, node, inputs, attr)))
+            self.nodes.update(zip(outputs, convert_loop(self, node, inputs, attr)))
             return
         try:
-            result = self._convert_operator(op_name, inputs, attr, self.opset)
+            result = self.convert_operator(op_name, inputs, attr, self.opset, node.domain)
         except (UnsupportedOnnxOp, InvalidOnnxModel):
             raise
         except Exception as err:
@@ -202,16 +201,16 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
     def _branch(self, graph) -> relax.SeqExpr:
         """A subgraph as a branch body with its own bindings: only the branch
         taken runs. Outer values are visible; the branch's are not after it."""
-        self.bb._begin_binding_block()
+        tvm_compat.begin_binding_block(self.bb)
         try:
-            results = [self._as_tensor(r) for r in self._inlined(graph)]
+            results = [self.as_tensor(r) for r in self._inlined(graph)]
             if not all(isinstance(r, relax.Expr) for r in results):
                 raise UnsupportedOnnxOp(f"If's branch '{graph.name}' returns a sequence or an optional value; "
                                         "shapefn's If returns tensors only")
             result = results[0] if len(results) == 1 else relax.Tuple(results)
             result = self.bb.emit(result) if not isinstance(result, relax.Var) else result
         finally:
-            block = self.bb._end_block()
+            block = tvm_compat.end_block(self.bb)
         return relax.SeqExpr([block], result)
 
     def _inlined(self, graph, given: dict | None = None) -> list:
@@ -219,18 +218,18 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
         its inputs bound to ``given`` (name -> value): outer values are
         visible, the subgraph's are not after it (If's branches, SequenceMap's
         and unrolled Loops' bodies)."""
-        outer = self._nodes  # (restored as it is: callers bind the node's outputs into it)
-        self._nodes = {**outer, **(given or {})}
+        outer = self.nodes  # (restored as it is: callers bind the node's outputs into it)
+        self.nodes = {**outer, **(given or {})}
         try:
             for init in graph.initializer:
-                self._nodes[init.name] = relax.const(self._parse_array(init))
+                self.nodes[init.name] = relax.const(self.parse_array(init))
             for node in graph.node:
-                self._construct_node(node)
-            return [self._nodes[o.name] for o in graph.output]
+                self.construct_node(node)
+            return [self.nodes[o.name] for o in graph.output]
         finally:
-            self._nodes = outer
+            self.nodes = outer
 
-    def _with_shape(self, value, name: str | None = None):
+    def with_shape(self, value, name: str | None = None):
         """A tensor whose rank is known but shape is not, cast to fresh size
         variables (read from the tensor at run time), or to the sizes ONNX's
         shape inference knows for value ``name``, so TVM's converters and
@@ -270,21 +269,21 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
         if not split or not isinstance(getattr(result, "ty", None), relax.TupleType):
             if len(outputs) != 1:
                 raise ValueError(f"{len(outputs)} outputs expected, the converter returned one value")
-            self._nodes[outputs[0]] = result
+            self.nodes[outputs[0]] = result
             return
         count = len(result.ty.fields)
         if len(outputs) > count:
             raise ValueError(f"{len(outputs)} outputs expected, the converter returned {count}")
         for i, name in enumerate(outputs):
             if name:
-                self._nodes[name] = (result.fields[i] if isinstance(result, relax.Tuple)
+                self.nodes[name] = (result.fields[i] if isinstance(result, relax.Tuple)
                                      else self.bb.emit(relax.TupleGetItem(result, i)))
 
     def _dimension_vars(self) -> set:
         """The variables in the shapes of the values converted so far: sizes,
         not negative (an integer scalar carried through a Loop may be)."""
         found = set()
-        for value in self._nodes.values():
+        for value in self.nodes.values():
             ty = getattr(value, "ty", None)
             if isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr):
                 dims = ty.shape.values
@@ -296,15 +295,17 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
                 found.update(tvm.tirx.analysis.undefined_vars(d))
         return found
 
-    def _convert_operator(self, op_name, inputs, attrs, opset):
-        converter = CONVERTERS.get(op_name)
+    def convert_operator(self, op_name, inputs, attrs, opset, domain=ONNX_DOMAIN):
+        """A node's Relax expression: shapefn's converter of ``op_name`` in
+        ``domain``, else TVM's (which TVM's table finds by name alone)."""
+        converter = converter_of(domain, op_name)
         if converter is not None:
             scalars = "keep" if converter.takes_scalars else "tensor"
             result = converter(self, _converter_inputs(self.bb, inputs, True, scalars), attrs, opset)
             if result is not NotImplemented:
                 return self.bb.normalize(result) if isinstance(result, relax.Expr) else result
-        if op_name not in tvm_onnx._get_convert_map():
-            raise UnsupportedOnnxOp(f"ONNX operator not supported: {op_name}")
+        if not tvm_converts(domain, op_name):
+            raise UnsupportedOnnxOp(f"ONNX operator not supported: {qualified_name(domain, op_name)}")
         scalars = "keep" if op_name in _TVM_TAKES_SCALARS else "fold" if op_name in _TVM_FOLDS_SCALARS else "tensor"
         sizes = _size_arithmetic(op_name, inputs, self._dimension_vars)
         if sizes is NotImplemented:
@@ -312,7 +313,7 @@ class _Importer(tvm_onnx.ONNXGraphImporter):
         elif sizes is not None:
             return sizes
         inputs = _converter_inputs(self.bb, inputs, op_name in _TVM_TAKES_SHAPES, scalars)
-        return super()._convert_operator(op_name, inputs, attrs, opset)
+        return super().convert_operator(op_name, inputs, attrs, opset)
 
 
 _LIST_FIELDS = {onnx.AttributeProto.INTS: "ints", onnx.AttributeProto.FLOATS: "floats",
@@ -487,7 +488,7 @@ def _converter_inputs(bb: relax.BlockBuilder, inputs, takes_shapes: bool, scalar
     if scalars == "fold" and any(isinstance(getattr(v, "ty", None), relax.TensorType)
                                  and not isinstance(v, tvm.ir.GenericConst) for v in inputs if v is not None):
         scalars = "tensor"
-    out = tvm_onnx.onnx_input()
+    out = tvm_compat.onnx_input()
     for value in inputs:
         ty = getattr(value, "ty", None)
         if isinstance(ty, relax.ShapeType) and not takes_shapes:
@@ -499,8 +500,9 @@ def _converter_inputs(bb: relax.BlockBuilder, inputs, takes_shapes: bool, scalar
 
 
 def _converted() -> set[str]:
-    """The operators shapefn's importer converts (TVM's converters and shapefn's)."""
-    return set(tvm_onnx._get_convert_map()) | set(CONVERTERS) | _IMPORTER_OPS
+    """The operators of ONNX's domain shapefn's importer converts (TVM's
+    converters, shapefn's and its own); another domain's are the registry's."""
+    return supported_ops(ONNX_DOMAIN) | _IMPORTER_OPS
 
 
 # (TVM's converters make kernels from TE: their sizes in a deterministic order)

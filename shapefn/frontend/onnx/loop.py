@@ -25,6 +25,7 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
+from ...compiler import tvm_compat
 from .checks import node_label
 from .values import const_value
 
@@ -115,10 +116,10 @@ class _LoopBuilder:
         importer, bb = self.importer, self.bb
         trip = None if self.inputs[0] is None else _scalar(importer, self.inputs[0], "max_trip")
         cond = None if self.inputs[1] is None else _scalar(importer, self.inputs[1], "cond")
-        carried = [importer._with_shape(importer._as_tensor(v)) for v in self.inputs[2:]]
+        carried = [importer.with_shape(importer.as_tensor(v)) for v in self.inputs[2:]]
         # (onnx.checker, run by from_onnx, rejects bodies reading undefined names.)
-        captured_names = sorted(n for n in _graph_free_names(self.body) if not _is_constant(importer._nodes[n]))
-        captured = [importer._nodes[n] for n in captured_names]
+        captured_names = sorted(n for n in _graph_free_names(self.body) if not _is_constant(importer.nodes[n]))
+        captured = [importer.nodes[n] for n in captured_names]
 
         i = tirx.Var("i", "int64")
         params = [i]
@@ -132,25 +133,25 @@ class _LoopBuilder:
         # Carried values may change shape from one iteration to the next.
         carried_params = [_param_like(v, f"v{k}", keep_literals=False) for k, v in enumerate(carried)]
         captured_params = [_param_like(v, f"c{k}") for k, v in enumerate(captured)]
-        outer_nodes = importer._nodes
+        outer_nodes = importer.nodes
         nodes = {n: v for n, v in outer_nodes.items() if _is_constant(v)}
         nodes.update(zip(captured_names, captured_params))
-        importer._nodes = nodes
+        importer.nodes = nodes
         bb.begin_scope(params + carried_params + captured_params)
         try:
             gv, scan_inits = self._function(i, trip_param, cond_param, carried_params, captured_params)
         finally:
             bb.end_scope()
-            importer._nodes = outer_nodes
+            importer.nodes = outer_nodes
         args = [tirx.IntImm("int64", 0)] + [v for v in (trip, cond) if v is not None]
         result = bb.emit(relax.Call(gv, args + carried + scan_inits + captured))
         return [bb.emit(relax.TupleGetItem(result, k)) for k in range(self.n_carried + self.n_scans)]
 
     def _function(self, i, trip_param, cond_param, carried_params, captured_params):
         importer, bb, body = self.importer, self.bb, self.body
-        bb._begin_binding_block()
+        tvm_compat.begin_binding_block(bb)
         try:
-            nodes = importer._nodes
+            nodes = importer.nodes
             iteration_name, cond_name = body.input[0].name, body.input[1].name
             nodes[iteration_name] = bb.emit(relax.op.reshape(
                 bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr([i]))), []))
@@ -161,19 +162,19 @@ class _LoopBuilder:
             for value_info, param in zip(body.input[2:], carried_params):
                 nodes[value_info.name] = param
             for init in body.initializer:
-                nodes[init.name] = relax.const(importer._parse_array(init))
+                nodes[init.name] = relax.const(importer.parse_array(init))
             for n in body.node:
-                importer._construct_node(n)
+                importer.construct_node(n)
             outs = [nodes[o.name] for o in body.output]
             next_cond = _scalar(importer, outs[0], "cond") if cond_param is not None else None
             next_carried = []
             for k, (value, param) in enumerate(zip(outs[1:1 + self.n_carried], carried_params)):
-                value = importer._with_shape(importer._as_tensor(value))
+                value = importer.with_shape(importer.as_tensor(value))
                 if str(value.ty.dtype) != str(param.ty.dtype) or value.ty.ndim != param.ty.ndim:
                     raise ValueError(f"Loop '{self.node.name}': carried value {k} changes from "
                                      f"{param.ty} to {value.ty}")
                 next_carried.append(value)
-            slices = [bb.emit(relax.op.expand_dims(importer._with_shape(importer._as_tensor(v)), 0))
+            slices = [bb.emit(relax.op.expand_dims(importer.with_shape(importer.as_tensor(v)), 0))
                       for v in outs[1 + self.n_carried:]]
             scan_params = [_param_like(s, f"s{k}", keep_literals=False) for k, s in enumerate(slices)]
             bb.begin_scope(scan_params)
@@ -195,16 +196,16 @@ class _LoopBuilder:
                 + [next_cond] * (cond_param is not None) + next_carried + grown + captured_params
             again = bb.emit(relax.Call(gv, next_args))
         finally:
-            block = bb._end_block()
+            block = tvm_compat.end_block(bb)
         go = tirx.IntImm("bool", 1)
         if trip_param is not None:
             go = tirx.LT(i, trip_param)
         if cond_param is not None:
             go = tirx.And(go, tirx.NE(cond_param, tirx.IntImm("int64", 0)))
         done = relax.Tuple(carried_params + scan_params)
-        bb._begin_binding_block()
+        tvm_compat.begin_binding_block(bb)
         result = bb.emit(relax.If(go, relax.SeqExpr([block], again), relax.SeqExpr([], done)))
-        func = relax.Function(params, relax.SeqExpr([bb._end_block()], result), ret_ty, is_pure=True)
+        func = relax.Function(params, relax.SeqExpr([tvm_compat.end_block(bb)], result), ret_ty, is_pure=True)
         bb.update_func(gv, func)
         scan_infos = body.output[1 + self.n_carried:]
         scan_inits = [relax.op.zeros(relax.ShapeExpr([0] + _empty_scan_dims(info, s.ty)), s.ty.dtype)
@@ -216,9 +217,9 @@ class _LoopBuilder:
         ``acc``; the first iteration's is the whole accumulation, so its
         other sizes need not match the empty initial value's."""
         bb = self.bb
-        bb._begin_binding_block()
+        tvm_compat.begin_binding_block(bb)
         joined = bb.emit(relax.op.concat([acc, piece], axis=0))
-        later = relax.SeqExpr([bb._end_block()], joined)
+        later = relax.SeqExpr([tvm_compat.end_block(bb)], joined)
         return bb.emit(relax.If(tirx.EQ(i, tirx.IntImm("int64", 0)), relax.SeqExpr([], piece), later))
 
 
@@ -268,15 +269,15 @@ def _unrolled(importer, node, inputs, body) -> list:
                  body.input[1].name: relax.const(True, "bool")}
         given.update((info.name, value) for info, value in zip(body.input[2:], carried))
         outs = importer._inlined(body, given)
-        condition = const_value(importer, importer._as_tensor(outs[0]))
+        condition = const_value(importer, importer.as_tensor(outs[0]))
         if condition is None:
             raise ValueError(f"Loop {node_label(node)} carries a sequence: it is unrolled, which needs every "
                              "condition its body computes known at import")
         go = bool(condition.reshape(()))
-        carried = [v if isinstance(getattr(v, "ty", None), relax.TupleType) else importer._as_tensor(v)
+        carried = [v if isinstance(getattr(v, "ty", None), relax.TupleType) else importer.as_tensor(v)
                    for v in outs[1:1 + n_carried]]
         for acc, value in zip(scans, outs[1 + n_carried:]):
-            acc.append(bb.emit(relax.op.expand_dims(importer._as_tensor(value), 0)))
+            acc.append(bb.emit(relax.op.expand_dims(importer.as_tensor(value), 0)))
     if any(not acc for acc in scans):
         raise ValueError(f"Loop {node_label(node)} carries a sequence and runs no iteration: its scan outputs' "
                          "shapes are unknown")

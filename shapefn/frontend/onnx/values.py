@@ -23,7 +23,7 @@ def const_value(importer, expr) -> np.ndarray | None:
         return np.array([int(v) for v in expr.values], np.int64)
     if isinstance(expr, relax.Var):
         name = expr.name
-        params = importer._params
+        params = importer.params
         if name in params:
             return params[name][1].numpy()
     return None

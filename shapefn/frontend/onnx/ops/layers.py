@@ -43,7 +43,7 @@ def layer_normalization(importer, inputs, attrs, opset):
     return relax.Tuple([y, *_normalization_statistics(bb, data, axes, attrs.get("epsilon", 1e-5))])
 
 
-@converter("SkipLayerNormalization")
+@converter("SkipLayerNormalization", domain="com.microsoft")
 def skip_layer_normalization(importer, inputs, attrs, opset):
     """com.microsoft SkipLayerNormalization. TVM's converter requires the
     optional beta and bias, gives the statistics outputs as the constant 0

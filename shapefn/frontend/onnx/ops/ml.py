@@ -1,7 +1,7 @@
 """shapefn's ONNX converters for operators of the ``ai.onnx.ml`` domain
 (classical machine learning) that are tensor arithmetic: Binarizer and
-ArrayFeatureExtractor. ``checks._ML_OPS`` lists them: nodes of that
-domain with other operators are refused."""
+ArrayFeatureExtractor, registered in that domain: nodes of it with other
+operators are refused."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +11,7 @@ from ..registry import converter
 from ..values import as_tensor, ndim_of
 
 
-@converter("Binarizer")
+@converter("Binarizer", domain="ai.onnx.ml")
 def binarizer(importer, inputs, attrs, opset):
     """1 where the input exceeds ``threshold``, else 0, in the input's type."""
     x = as_tensor(importer.bb, inputs[0])
@@ -20,7 +20,7 @@ def binarizer(importer, inputs, attrs, opset):
     return relax.op.astype(relax.op.greater(x, threshold), dtype)
 
 
-@converter("ArrayFeatureExtractor")
+@converter("ArrayFeatureExtractor", domain="ai.onnx.ml")
 def array_feature_extractor(importer, inputs, attrs, opset):
     """The listed entries of the last axis (every index, flattened); a
     vector's as a one-row matrix, as onnxruntime gives them. An index out

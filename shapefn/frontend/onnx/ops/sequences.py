@@ -124,5 +124,5 @@ def sequence_map(importer, inputs, attrs, opset):
         given = {value.name: items[k] if items is not None else tensor
                  for value, tensor, items in zip(body.input, inputs, sequences, strict=True)}
         for out, value in zip(results, importer._inlined(body, given), strict=True):
-            out.append(importer._as_tensor(value))
+            out.append(importer.as_tensor(value))
     return relax.Tuple([relax.Tuple(items) for items in results])

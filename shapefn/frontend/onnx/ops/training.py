@@ -1,8 +1,8 @@
 """shapefn's ONNX converters for the optimizers of ONNX's
 ``ai.onnx.preview.training`` domain: Adagrad, Adam and Momentum (standard
 and Nesterov), each updating one or several tensors in one node (inputs
-``R, T, X..., G..., [V...], [H...]``, outputs grouped the same way).
-``checks._TRAINING_OPS`` lists them."""
+``R, T, X..., G..., [V...], [H...]``, outputs grouped the same way),
+registered in that domain."""
 from __future__ import annotations
 
 import onnx
@@ -41,7 +41,7 @@ def _regularized(bb, x, g, norm_coefficient: float):
     return bb.emit(relax.op.add(relax.op.multiply(_scalar(norm_coefficient, x), x), g))
 
 
-@converter("Adagrad")
+@converter("Adagrad", domain=_DOMAIN)
 def adagrad(importer, inputs, attrs, opset):
     bb = importer.bb
     a = _attrs("Adagrad", attrs)
@@ -59,7 +59,7 @@ def adagrad(importer, inputs, attrs, opset):
     return relax.Tuple(xs + hs)
 
 
-@converter("Adam")
+@converter("Adam", domain=_DOMAIN)
 def adam(importer, inputs, attrs, opset):
     bb = importer.bb
     a = _attrs("Adam", attrs)
@@ -86,7 +86,7 @@ def adam(importer, inputs, attrs, opset):
     return relax.Tuple(xs + vs + hs)
 
 
-@converter("Momentum")
+@converter("Momentum", domain=_DOMAIN)
 def momentum(importer, inputs, attrs, opset):
     bb = importer.bb
     a = _attrs("Momentum", attrs)
