@@ -4,7 +4,7 @@ onnxruntime: counted and while-style loops, scan outputs, bodies reading the
 enclosing graph's values, trip counts computed at run time, a mask-pasting
 loop, nested loops, and a 10,000-iteration loop (the self tail call is a
 jump, so the VM's call depth does not grow), a loop carrying a sequence
-(unrolled). ONNX ``Scan`` too, which
+(unrolled), a decoder step feeding ArgMax -> OneHot back. ONNX ``Scan`` too, which
 shapefn imports as the Loop it is (``frontend/onnx/scan.py``)."""
 import numpy as np
 import pytest
@@ -210,8 +210,28 @@ def sequence_carried(trips=3):
     return m, [[np.arange(2 * n, dtype=np.float32).reshape(n, 2)] for n in (3, 1)]
 
 
+def decoder_step():
+    """An autoregressive step fed back through the loop (a table-structure
+    decoder's): ArgMax of the carried state, shifted, then OneHot with a
+    1-element constant depth and constant values; and a Split by constant
+    sizes inside the body."""
+    body = body_graph(
+        [node("ArgMax", ["s_in"], ["am"], axis=1, keepdims=0), node("Add", ["am", "one"], ["am1"]),
+         node("Mod", ["am1", "ten"], ["next"]), node("OneHot", ["next", "depth", "values"], ["s_out"], axis=-1),
+         node("Split", ["s_out", "sizes"], ["head", "tail"], axis=1),
+         node("Concat", ["tail", "head"], ["rolled"], axis=1), node("Identity", ["cond_in"], ["cond_out"])],
+        [("s_in", F, ["N", 10])], [("s_out", F, ["N", 10]), ("rolled", F, ["N", 10])],
+        {"depth": np.array([10], np.int64), "values": np.array([0, 1], np.float32), "one": np.int64(1),
+         "ten": np.int64(10), "sizes": np.array([3, 7], np.int64)})
+    m = model([node("Loop", ["trip", "", "x"], ["y", "rolls"], body=body)],
+              [("x", F, ["N", 10]), ("trip", I64, [])], [("y", F), ("rolls", F)])
+    rng = np.random.default_rng(5)
+    return m, [[rng.standard_normal((2, 10)).astype(np.float32), np.array(4, np.int64)],
+               [rng.standard_normal((1, 10)).astype(np.float32), np.array(1, np.int64)]]
+
+
 CASES = {f.__name__: f for f in (counted, while_style, scans, outer_scope, data_dependent_trip_count, long_loop,
-                                 paste_masks, nested, sequence_carried)}
+                                 paste_masks, nested, sequence_carried, decoder_step)}
 
 
 def scan_model(in_reverse, out_reverse, out_axis):

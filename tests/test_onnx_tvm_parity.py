@@ -209,3 +209,31 @@ def test_max_pool_same_padding_dynamic(onnx_check):
              for name, (mode, k, s) in pools.items()]
     m = model(nodes, [("x", F, ["N", 2, "H", "W"])], outputs(*pools), opset=13)
     onnx_check(m, [[normal(1, 2, 7, 6)], [normal(2, 2, 4, 9)]])
+
+
+def test_pools_with_same_padding_over_static_spatial_sizes_and_a_symbolic_batch(onnx_check):
+    """SAME_UPPER / SAME_LOWER pools over a batch known only at run time and
+    spatial sizes known at import (a Keras face-landmark network), odd sizes
+    and strides 2, 1-D too: TVM's converter reads every size as an integer,
+    and counts floor(in / s) windows for MaxPool's SAME_LOWER where ONNX
+    (and onnxruntime) count ceil(in / s). (Dilated SAME pools are not
+    compared: onnxruntime's output size there differs from the one ONNX's
+    shape inference gives the same model.)"""
+    pools = {"max_upper": ("MaxPool", "SAME_UPPER", 3, 2, 1), "max_lower": ("MaxPool", "SAME_LOWER", 2, 2, 1),
+             "avg_upper": ("AveragePool", "SAME_UPPER", 3, 2, 1),
+             "avg_lower": ("AveragePool", "SAME_LOWER", 2, 2, 1)}
+    nodes = [node(op, ["x"], [name], kernel_shape=[k, k], strides=[s, s], auto_pad=mode,
+                  **({"dilations": [d, d]} if d != 1 else {}))
+             for name, (op, mode, k, s, d) in pools.items()]
+    nodes.append(node("MaxPool", ["x1"], ["max_1d"], kernel_shape=[3], strides=[2], auto_pad="SAME_LOWER"))
+    m = model(nodes, [("x", F, ["N", 2, 7, 5]), ("x1", F, ["M", 3, 9])], outputs(*pools, "max_1d"), opset=13)
+    onnx_check(m, [[normal(1, 2, 7, 5), normal(1, 3, 9)], [normal(3, 2, 7, 5), normal(2, 3, 9)]])
+
+
+def test_split_by_constant_sizes_with_empty_parts(onnx_check):
+    """Split by constant sizes some of which are 0 (tf2onnx computes them):
+    the empty parts are empty tensors, the others the slices between."""
+    nodes = [const("sizes", np.array([0, 2, 0, 3], np.int64)),
+             node("Split", ["x", "sizes"], ["a", "b", "c", "d"], axis=1)]
+    m = model(nodes, [("x", F, ["N", 5])], outputs("a", "b", "c", "d"), opset=13)
+    onnx_check(m, [[normal(2, 5)], [normal(1, 5)]])

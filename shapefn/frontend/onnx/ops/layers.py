@@ -90,6 +90,9 @@ def max_pool(importer, inputs, attrs, opset):
         return _max_pool_with_indices(importer.bb, data, attrs)
     mode = str_attr(attrs.get("auto_pad"), "NOTSET")
     same = mode in ("SAME_UPPER", "SAME_LOWER")
+    explicit = _same_pads_explicit(importer, "MaxPool", inputs, attrs, opset)
+    if explicit is not NotImplemented:
+        return explicit
     if attrs["tvm_custom"]["num_outputs"] != 1 or not (same or attrs.get("ceil_mode", 0)) \
             or not isinstance(ty, relax.TensorType) or ty.shape is None or ty.ndim != 4 \
             or all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values[2:]):
@@ -119,6 +122,42 @@ def max_pool(importer, inputs, attrs, opset):
     lowest = -np.inf if "float" in dtype else np.iinfo(dtype).min
     padded = ops.pad(bb, data, amounts, relax.const(lowest, dtype))
     return relax.op.nn.max_pool2d(padded, kernel, strides, [0, 0, 0, 0], dilations)
+
+
+@converter("AveragePool")
+def average_pool(importer, inputs, attrs, opset):
+    """AveragePool with ``auto_pad`` SAME_UPPER / SAME_LOWER over spatial
+    sizes known at import, whatever the other sizes (``_same_pads_explicit``);
+    otherwise TVM's converter."""
+    return _same_pads_explicit(importer, "AveragePool", inputs, attrs, opset)
+
+
+def _same_pads_explicit(importer, op_type: str, inputs, attrs, opset):
+    """A pool with ``auto_pad`` SAME_UPPER / SAME_LOWER over spatial sizes
+    known at import, by TVM's converter given ONNX's explicit padding:
+    ``(ceil(in / s) - 1) * s + window - in`` in all (dilations counted, half
+    before, the odd one after for SAME_UPPER, before for SAME_LOWER). TVM's
+    converter reads every size of the input as an integer (a symbolic batch
+    fails) and, for MaxPool with SAME_LOWER, counts ``floor(in / s)`` windows
+    where ONNX counts ``ceil(in / s)``. NotImplemented otherwise."""
+    mode = str_attr(attrs.get("auto_pad"), "NOTSET")
+    ty = getattr(inputs[0], "ty", None)
+    if mode not in ("SAME_UPPER", "SAME_LOWER") or not isinstance(ty, relax.TensorType) or ty.shape is None \
+            or not all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values[2:]):
+        return NotImplemented
+    sizes = [int(d) for d in ty.shape.values[2:]]
+    rank = len(sizes)
+    kernel = [int(k) for k in attrs["kernel_shape"]]
+    strides = [int(v) for v in attrs.get("strides", [1] * rank)]
+    dilations = [int(v) for v in attrs.get("dilations", [1] * rank)]
+    befores, afters = [], []
+    for size, k, stride, dilation in zip(sizes, kernel, strides, dilations):
+        total = max((_ceildiv(size, stride) - 1) * stride + (k - 1) * dilation + 1 - size, 0)
+        before = total // 2 if mode == "SAME_UPPER" else total - total // 2
+        befores.append(before)
+        afters.append(total - before)
+    explicit = {key: value for key, value in attrs.items() if key != "auto_pad"} | {"pads": befores + afters}
+    return tvm_converter(importer, op_type, inputs, explicit, opset)
 
 
 def _max_pool_with_indices(bb: relax.BlockBuilder, data, attrs):

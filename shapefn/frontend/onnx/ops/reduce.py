@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 from tvm import relax, te, tirx
 
 from ....compiler import ops
@@ -190,10 +191,20 @@ def _one_hot(indices: te.Tensor, values: te.Tensor, shape: list, axis: int) -> t
 def one_hot(importer, inputs, attrs, opset):
     """OneHot whose ``depth`` is known only at run time: the output shape
     comes from the shape function ``shapefn.one_hot`` (only the depth
-    crosses to the host), one kernel fills it. A constant depth: TVM's
-    converter."""
-    if const_value(importer, inputs[1]) is not None:
-        return NotImplemented
+    crosses to the host), one kernel fills it; so are values known only at
+    run time (a Loop body's). Constant depth and values: TVM's converter,
+    given the depth as a scalar (it takes a 1-element depth for a list),
+    its result in the values' type."""
+    depth = const_value(importer, inputs[1])
+    if depth is not None and const_value(importer, inputs[2]) is not None:
+        if depth.size != 1:
+            raise ValueError(f"OneHot's depth must hold one value, got a tensor of shape {list(depth.shape)}")
+        if depth.reshape(()) < 0:
+            raise ValueError(f"OneHot's depth must not be negative, got {depth.reshape(()).item()}")
+        scalar = relax.const(np.array(int(depth.reshape(())), np.int64))
+        result = importer.bb.normalize(tvm_converter(importer, "OneHot", [inputs[0], scalar, inputs[2]], attrs, opset))
+        dtype = str(inputs[2].ty.dtype)  # (TVM's makes the values Python floats: float64)
+        return result if str(result.ty.dtype) == dtype else relax.op.astype(result, dtype)
     bb = importer.bb
     indices, values = as_tensor(bb, inputs[0]), as_tensor(bb, inputs[2])
     if ndim_of(values) != 1 or static_length(values) != 2:

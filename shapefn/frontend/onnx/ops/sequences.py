@@ -85,8 +85,14 @@ def split(importer, inputs, attrs, opset):
     shape function ``shapefn.split_sizes`` reads them (refusing negative
     sizes and sizes that do not add up to the axis' extent) and binds them
     to size variables; part ``i`` is the slice between the sums of the
-    sizes before it and through it. Constant sizes: TVM's converter."""
-    if len(inputs) < 2 or absent(importer, inputs[1]) or const_value(importer, inputs[1]) is not None:
+    sizes before it and through it. Constant sizes with a zero among them
+    (tf2onnx's, computed): the same slices between constant bounds (TVM's
+    converter refuses an empty part). Other constant sizes: TVM's converter."""
+    given = len(inputs) >= 2 and not absent(importer, inputs[1])
+    constant = const_value(importer, inputs[1]) if given else attrs.get("split")
+    if constant is not None:
+        return _split_with_empty_parts(importer.bb, inputs[0], [int(v) for v in np.ravel(constant)], attrs)
+    if not given:
         return NotImplemented
     bb = importer.bb
     data, sizes = as_tensor(bb, inputs[0]), as_tensor(bb, inputs[1], "int64")
@@ -100,6 +106,29 @@ def split(importer, inputs, attrs, opset):
         end = begin + size
         out.append(bb.normalize(relax.op.strided_slice(data, [axis], [begin], [end], assume_inbound=True)))
         begin = end
+    return relax.Tuple(out)
+
+
+def _split_with_empty_parts(bb, data, sizes: list[int], attrs):
+    """Split by constant ``sizes`` one of which is 0: a strided slice per part
+    (NotImplemented, for TVM's converter, where none is 0)."""
+    if 0 not in sizes:
+        return NotImplemented
+    data = as_tensor(bb, data)
+    outputs = attrs["tvm_custom"]["num_outputs"]
+    if len(sizes) != outputs:
+        raise ValueError(f"Split has {outputs} outputs but {len(sizes)} sizes: {sizes}")
+    if min(sizes) < 0:
+        raise ValueError(f"Split's sizes must not be negative: {sizes}")
+    axis = int(attrs.get("axis", 0)) % ndim_of(data)
+    extent = data.ty.shape.values[axis] if data.ty.shape is not None else None
+    if isinstance(extent, tirx.IntImm) and sum(sizes) != int(extent):
+        raise ValueError(f"Split's sizes {sizes} add up to {sum(sizes)}, not to the extent {int(extent)} "
+                         f"of axis {axis}")
+    out, begin = [], 0
+    for size in sizes:
+        out.append(bb.normalize(relax.op.strided_slice(data, [axis], [begin], [begin + size], assume_inbound=True)))
+        begin += size
     return relax.Tuple(out)
 
 
