@@ -94,6 +94,25 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "native: exercises shapefn's own C++ (the VM, executables, devices, the runner): the tests "
                    "the sanitized run (tools/sanitize-pytest -m native) runs")
+    # pytest-xdist's --dist loadfile hands out files in the order collected
+    # (pytest_collection_modifyitems below), not by how many tests they hold:
+    # a file of few tests that compile whole models would otherwise come last
+    # and run alone while the other workers idle.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+# The files whose tests take minutes with an empty kernel cache (whole models
+# compiled for several devices), most first: collected before the others so
+# that the many short files fill the workers' time around them.
+LONGEST_FILES = ("test_models.py", "test_torchvision_models.py", "test_models_tvm_vm.py",
+                 "test_onnx_backend_suite.py", "test_pypi_models.py", "test_fuzz_importer.py", "test_cuda_build.py",
+                 "test_transformers.py", "test_onnx_grid_resize.py", "test_pass_fusion.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # (stable: each file's order kept)
 
 
 def pytest_runtest_setup(item):

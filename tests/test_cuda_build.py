@@ -1,6 +1,7 @@
 """Builds for CUDA, checked without a GPU: the profiling example of docs/profiling.md
-and the Mask R-CNN-style mask head (Faster R-CNN: in test_models.py, with
-the same checks) compile for ``cuda`` into a library whose device module is
+and the Mask R-CNN-style mask head (whole detectors' builds are made for the
+GPU machine, tools/gpu_prepare.sh: one nvcc run of minutes each on two cores)
+compile for ``cuda`` into a library whose device module is
 a fatbin made by the machine's nvcc, holding machine code (SASS) of every
 kernel the program invokes on the device for each architecture asked and
 PTX for newer GPUs, as NVIDIA's ``cuobjdump`` lists them; kernels run on the
