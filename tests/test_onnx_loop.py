@@ -214,15 +214,15 @@ def decoder_step():
     """An autoregressive step fed back through the loop (a table-structure
     decoder's): ArgMax of the carried state, shifted, then OneHot with a
     1-element constant depth and constant values; and a Split by constant
-    sizes inside the body."""
+    sizes with an empty part (tf2onnx's) inside the body."""
     body = body_graph(
         [node("ArgMax", ["s_in"], ["am"], axis=1, keepdims=0), node("Add", ["am", "one"], ["am1"]),
          node("Mod", ["am1", "ten"], ["next"]), node("OneHot", ["next", "depth", "values"], ["s_out"], axis=-1),
-         node("Split", ["s_out", "sizes"], ["head", "tail"], axis=1),
-         node("Concat", ["tail", "head"], ["rolled"], axis=1), node("Identity", ["cond_in"], ["cond_out"])],
+         node("Split", ["s_out", "sizes"], ["head", "none", "tail"], axis=1),
+         node("Concat", ["tail", "none", "head"], ["rolled"], axis=1), node("Identity", ["cond_in"], ["cond_out"])],
         [("s_in", F, ["N", 10])], [("s_out", F, ["N", 10]), ("rolled", F, ["N", 10])],
         {"depth": np.array([10], np.int64), "values": np.array([0, 1], np.float32), "one": np.int64(1),
-         "ten": np.int64(10), "sizes": np.array([3, 7], np.int64)})
+         "ten": np.int64(10), "sizes": np.array([3, 0, 7], np.int64)})
     m = model([node("Loop", ["trip", "", "x"], ["y", "rolls"], body=body)],
               [("x", F, ["N", 10]), ("trip", I64, [])], [("y", F), ("rolls", F)])
     rng = np.random.default_rng(5)

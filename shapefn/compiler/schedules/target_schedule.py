@@ -209,6 +209,8 @@ def _device_kernel(name: str, func: tirx.PrimFunc, target: tvm.target.Target) ->
     ``KernelPlacementError`` if it cannot run there, ``SerialKernelError``
     if it has loops and no parallel schedule."""
     alone = False
+    if _writes_nothing(func):  # (an empty output: a split's empty part; no thread has work)
+        return func.with_body(tirx.Evaluate(0)), alone
     problems = _host_work(func)
     if problems:  # (a kernel written for GPU threads has none: it is kept as written)
         func = _without_dtype_limits(func)
@@ -513,6 +515,18 @@ def _host_work(func: tirx.PrimFunc) -> list[str]:
 
     tvm_ffi.structural_walk(func.body, [(ir.Call, call)])
     return list(dict.fromkeys(problems))
+
+
+def _writes_nothing(func: tirx.PrimFunc) -> bool:
+    """Whether every store of ``func`` is inside a loop of no iterations
+    (its outputs are empty whatever the other sizes)."""
+    stores = []
+
+    def loop(node):
+        return tvm_ffi.WalkResult.SKIP if isinstance(node.extent, tirx.IntImm) and node.extent.value == 0 else None
+
+    tvm_ffi.structural_walk(func.body, [(tirx.For, loop), (tirx.BufferStore, stores.append)], order="pre")
+    return not stores
 
 
 def _serial_loops(func: tirx.PrimFunc) -> int:
