@@ -562,3 +562,25 @@ def test_a_host_loop_around_a_launch_is_refused():
     message = "kernel 'twice' cannot run on the cuda device: it launches one GPU thread per iteration of a host loop"
     with pytest.raises(target_schedule.KernelPlacementError, match=message):
         target_schedule.schedule({"twice": launch_per_element}, tvm.target.Target("cuda", host="llvm"))
+
+
+def test_a_kernel_whose_output_is_empty_launches_nothing_on_a_gpu():
+    """A kernel all of whose stores lie in a loop of no iterations (a
+    split's empty part over a symbolic batch) becomes a body of no effect
+    (there is no thread to give work); one that writes anything keeps its
+    work, in GPU threads."""
+    from tvm import te
+
+    n = tvm.tirx.Var("n", "int64")
+    data = te.placeholder((n, 10), name="data")
+    kernels = {"empty": te.create_prim_func([data, te.compute((n, 0), lambda i, j: data[i, j], name="part")]),
+               "full": te.create_prim_func([data, te.compute((n, 3), lambda i, j: data[i, j], name="part")])}
+    scheduled = target_schedule.schedule(kernels, tvm.target.Target("opencl", host="llvm")).module
+
+    def stores(func):
+        found = []
+        tvm_ffi.structural_walk(func.body, [(tvm.tirx.BufferStore, found.append)], order="pre")
+        return found
+
+    assert not stores(scheduled["empty"])
+    assert stores(scheduled["full"]) and target_schedule.binds_threads(scheduled["full"])

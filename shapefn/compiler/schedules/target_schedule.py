@@ -518,15 +518,20 @@ def _host_work(func: tirx.PrimFunc) -> list[str]:
 
 
 def _writes_nothing(func: tirx.PrimFunc) -> bool:
-    """Whether every store of ``func`` is inside a loop of no iterations
-    (its outputs are empty whatever the other sizes)."""
-    stores = []
+    """Whether every effect of ``func`` (each store, each call evaluated for
+    its effect: an extern, an atomic) lies inside a loop of no iterations:
+    its outputs are empty whatever the other sizes."""
+    empty, effects = [], []
 
     def loop(node):
-        return tvm_ffi.WalkResult.SKIP if isinstance(node.extent, tirx.IntImm) and node.extent.value == 0 else None
+        if isinstance(node.extent, tirx.IntImm) and node.extent.value == 0:
+            empty.append(node)
+            return tvm_ffi.WalkResult.SKIP
+        return None
 
-    tvm_ffi.structural_walk(func.body, [(tirx.For, loop), (tirx.BufferStore, stores.append)], order="pre")
-    return not stores
+    tvm_ffi.structural_walk(func.body, [(tirx.For, loop), (tirx.BufferStore, effects.append),
+                                        (tirx.Evaluate, effects.append)], order="pre")
+    return bool(empty) and not effects
 
 
 def _serial_loops(func: tirx.PrimFunc) -> int:
