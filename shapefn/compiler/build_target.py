@@ -44,4 +44,4 @@ class BuildTarget:
     @property
     def policy(self) -> placement.PlacementPolicy:
         """Where the VM keeps tensors and runs kernels."""
-        return placement.ALL_ON_HOST if self.kind.all_on_host else placement.ON_DEVICE
+        return placement.policy_for(self.device)

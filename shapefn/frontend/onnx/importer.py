@@ -78,10 +78,10 @@ class _Importer(tvm_compat.OnnxGraphImporter):
         for value in graph.input:
             if value.name in self.input_shapes:
                 self.input_shapes[value.name] = [self._input_dim(value.name, axis, d, names)
-                                           for axis, d in enumerate(self.input_shapes[value.name])]
+                                                 for axis, d in enumerate(self.input_shapes[value.name])]
             elif value.name not in initialized and value.type.tensor_type.HasField("shape"):
                 self.input_shapes[value.name] = [self._input_dim(value.name, axis, d, names)
-                                           for axis, d in enumerate(value.type.tensor_type.shape.dim)]
+                                                 for axis, d in enumerate(value.type.tensor_type.shape.dim)]
         super().parse_graph_input(graph)
 
     @staticmethod
