@@ -149,8 +149,9 @@ class _LoopBuilder:
 
     def _function(self, i, trip_param, cond_param, carried_params, captured_params):
         importer, bb, body = self.importer, self.bb, self.body
-        tvm_compat.begin_binding_block(bb)
-        try:
+        head = [i] + [p for p in (trip_param, cond_param) if p is not None]
+
+        def iteration():
             nodes = importer.nodes
             iteration_name, cond_name = body.input[0].name, body.input[1].name
             nodes[iteration_name] = bb.emit(relax.op.reshape(
@@ -174,53 +175,75 @@ class _LoopBuilder:
                     raise ValueError(f"Loop '{self.node.name}': carried value {k} changes from "
                                      f"{param.ty} to {value.ty}")
                 next_carried.append(value)
-            slices = [bb.emit(relax.op.expand_dims(importer.with_shape(importer.as_tensor(v)), 0))
-                      for v in outs[1 + self.n_carried:]]
-            scan_params = [_param_like(s, f"s{k}", keep_literals=False) for k, s in enumerate(slices)]
-            bb.begin_scope(scan_params)
-            try:
-                grown = [self._grow(i, acc, piece) for acc, piece in zip(scan_params, slices)]
-            finally:
-                bb.end_scope()
-            params = [i] + [p for p in (trip_param, cond_param) if p is not None] + carried_params \
-                + scan_params + captured_params
-            ret_ty = relax.TupleType([relax.TensorType(ndim=p.ty.ndim, dtype=p.ty.dtype)
-                                      for p in carried_params + scan_params])
-            # The recursive call needs the function's GlobalVar before its body
-            # exists. The attribute (output names are unique in a model) keeps
-            # BlockBuilder from merging this stub with another loop's.
-            stub = relax.Function.create_empty(params, ret_ty, True,
-                                               tvm.ir.DictAttrs({"onnx_loop": ",".join(self.node.output)}))
-            gv = bb.add_func(stub, _function_name(self.node))
-            next_args = [i + 1] + [p for p in (trip_param,) if p is not None] \
-                + [next_cond] * (cond_param is not None) + next_carried + grown + captured_params
-            again = bb.emit(relax.Call(gv, next_args))
-        finally:
-            block = tvm_compat.end_block(bb)
+            slices = [importer.with_shape(importer.as_tensor(v)) for v in outs[1 + self.n_carried:]]
+            next_head = [i + 1] + [p for p in (trip_param,) if p is not None] + [next_cond] * (cond_param is not None)
+            return next_head, next_carried, slices
+
         go = tirx.IntImm("bool", 1)
         if trip_param is not None:
             go = tirx.LT(i, trip_param)
         if cond_param is not None:
             go = tirx.And(go, tirx.NE(cond_param, tirx.IntImm("int64", 0)))
-        done = relax.Tuple(carried_params + scan_params)
-        tvm_compat.begin_binding_block(bb)
-        result = bb.emit(relax.If(go, relax.SeqExpr([block], again), relax.SeqExpr([], done)))
-        func = relax.Function(params, relax.SeqExpr([tvm_compat.end_block(bb)], result), ret_ty, is_pure=True)
-        bb.update_func(gv, func)
+        gv, slices = recursive_loop(bb, _function_name(self.node), ",".join(self.node.output), head, carried_params,
+                                    captured_params, iteration, go)
         scan_infos = body.output[1 + self.n_carried:]
         scan_inits = [relax.op.zeros(relax.ShapeExpr([0] + _empty_scan_dims(info, s.ty)), s.ty.dtype)
                       for info, s in zip(scan_infos, slices)]
         return gv, [bb.emit(z) for z in scan_inits]
 
-    def _grow(self, i, acc, piece):
-        """``piece`` (one iteration's slice, axis 0 of length 1) appended to
-        ``acc``; the first iteration's is the whole accumulation, so its
-        other sizes need not match the empty initial value's."""
-        bb = self.bb
-        tvm_compat.begin_binding_block(bb)
-        joined = bb.emit(relax.op.concat([acc, piece], axis=0))
-        later = relax.SeqExpr([tvm_compat.end_block(bb)], joined)
-        return bb.emit(relax.If(tirx.EQ(i, tirx.IntImm("int64", 0)), relax.SeqExpr([], piece), later))
+
+def recursive_loop(bb, name: str, key: str, head: list, carried: list, captured: list, iteration, go):
+    """A module-level function ``name(*head, *carried, *scans, *captured)``
+    that, while ``go`` (a condition on its parameters) holds, runs
+    ``iteration`` and calls itself on what it returns, and otherwise
+    returns ``(*carried, *scans)``; the caller emits the first call.
+
+    ``head`` are scalar parameters (``head[0]`` the iteration number, 0 on
+    the first call), ``carried`` and ``captured`` tensor parameters made in
+    the caller's scope, whose values the caller bound before calling.
+    ``iteration()`` emits one iteration's bindings and returns the next
+    head, the next carried values and this iteration's scan values; each
+    scan parameter accumulates its scan value along a new axis 0 (the
+    first iteration's is the whole accumulation, so the initial scan
+    arguments' other sizes need not match). ``key`` keeps BlockBuilder
+    from merging this function with another whose body is the same.
+    Returns the function and the scan values (for their types)."""
+    i = head[0]
+    tvm_compat.begin_binding_block(bb)
+    try:
+        next_head, next_carried, slices = iteration()
+        slices = [bb.emit(relax.op.expand_dims(v, 0)) for v in slices]
+        scan_params = [_param_like(s, f"s{k}", keep_literals=False) for k, s in enumerate(slices)]
+        bb.begin_scope(scan_params)
+        try:
+            grown = [_grow(bb, i, acc, piece) for acc, piece in zip(scan_params, slices)]
+        finally:
+            bb.end_scope()
+        params = head + carried + scan_params + captured
+        ret_ty = relax.TupleType([relax.TensorType(ndim=p.ty.ndim, dtype=p.ty.dtype) for p in carried + scan_params])
+        # The recursive call needs the function's GlobalVar before its body
+        # exists.
+        stub = relax.Function.create_empty(params, ret_ty, True, tvm.ir.DictAttrs({"onnx_loop": key}))
+        gv = bb.add_func(stub, name)
+        again = bb.emit(relax.Call(gv, next_head + next_carried + grown + captured))
+    finally:
+        block = tvm_compat.end_block(bb)
+    done = relax.Tuple(carried + scan_params)
+    tvm_compat.begin_binding_block(bb)
+    result = bb.emit(relax.If(go, relax.SeqExpr([block], again), relax.SeqExpr([], done)))
+    func = relax.Function(params, relax.SeqExpr([tvm_compat.end_block(bb)], result), ret_ty, is_pure=True)
+    bb.update_func(gv, func)
+    return gv, slices
+
+
+def _grow(bb, i, acc, piece):
+    """``piece`` (one iteration's slice, axis 0 of length 1) appended to
+    ``acc``; the first iteration's is the whole accumulation, so its
+    other sizes need not match the empty initial value's."""
+    tvm_compat.begin_binding_block(bb)
+    joined = bb.emit(relax.op.concat([acc, piece], axis=0))
+    later = relax.SeqExpr([tvm_compat.end_block(bb)], joined)
+    return bb.emit(relax.If(tirx.EQ(i, tirx.IntImm("int64", 0)), relax.SeqExpr([], piece), later))
 
 
 def _empty_scan_dims(value_info, sliced_ty: relax.TensorType) -> list[int]:

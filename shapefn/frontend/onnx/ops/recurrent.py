@@ -1,22 +1,34 @@
 """shapefn's ONNX converters for the recurrent operators ``RNN``, ``GRU`` and
-``LSTM`` (every opset), which TVM's importer lacks: the time steps are
-unrolled at import, so the sequence length must be static (the batch may
-be dynamic). Semantics are ONNX's, and onnxruntime's where ONNX leaves them
-open: ``sequence_lens`` stops a batch entry's state at its length (Y is 0
-after it, and a reverse direction starts at the entry's last step); an
-entry of length 0 has final states 0; ``clip`` bounds every activation's
-input; ``activation_alpha``/``beta`` go to the activations that take them,
-in order. Anything else is refused with ``UnsupportedOnnxOp``."""
+``LSTM`` (every opset), which TVM's importer lacks. Over a sequence length
+known at import of at most ``UNROLL_AT_MOST`` steps the time steps are
+unrolled; over a longer one, or one known only at run time, each direction
+is a loop (``loop.recursive_loop``: one step's kernels per iteration, the
+VM's registers counting the steps, no copy to the host). Either way the
+input projection of every step is one matrix product and only the
+recurrence is sequential. Semantics are ONNX's, and onnxruntime's where
+ONNX leaves them open: ``sequence_lens`` stops a batch entry's state at its
+length (Y is 0 after it, and a reverse direction starts at the entry's last
+step), a length outside ``[0, steps]`` is an error (an ``IndexError`` the
+kernel that reads it reports, docs/guarantees.md); an entry of length 0 has
+final states 0; ``clip`` bounds every activation's input;
+``activation_alpha``/``beta`` go to the activations that take them, in
+order. Anything else is refused with ``UnsupportedOnnxOp``."""
 from __future__ import annotations
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 
+from ....compiler.passes import index_checks
 from ....runtime.errors import InvalidOnnxModel, UnsupportedOnnxOp
+from ..loop import recursive_loop
 from ..registry import converter
 from ..values import absent, as_tensor, const_value, str_attr
 
+# The longest sequence known at import whose steps are unrolled; longer
+# ones, and those known only at run time, run as a loop.
+UNROLL_AT_MOST = 64
 # Weight blocks per direction (the rows of W and R are the gates' blocks).
 _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 # The activations of one direction, by default.
@@ -140,8 +152,8 @@ def _activate(bb, x, activation):
 class _Cell:
     """What every step of one node needs: the builder, sizes, ``clip``."""
 
-    def __init__(self, bb, op, hidden, dtype, clip):
-        self.bb, self.op, self.hidden, self.dtype, self.clip = bb, op, hidden, dtype, clip
+    def __init__(self, bb, op, hidden, dtype, clip, name):
+        self.bb, self.op, self.hidden, self.dtype, self.clip, self.name = bb, op, hidden, dtype, clip, name
 
     def emit(self, expr):
         return self.bb.emit(expr)
@@ -225,9 +237,10 @@ def _lstm_step(cell, x, state, weights, activations):
 _STEPS = {"RNN": _rnn_step, "GRU": _gru_step, "LSTM": _lstm_step}
 
 
-def _direction(cell, d, xs, weights, initial, activations, masks, reverse):
+def _direction(cell, d, xs, weights, initial, activations, lengths, reverse):
     """Direction ``d`` over ``xs`` (``[steps, batch, input]``): its outputs
-    ``[steps, batch, hidden]`` in time order and its final states."""
+    ``[steps, batch, hidden]`` in time order and its final states.
+    ``lengths`` are the validated ``sequence_lens`` (int64) or None."""
     bb, op = cell.bb, cell.op
     w = _pick(bb, weights["W"], d)
     r = _pick(bb, weights["R"], d)
@@ -251,19 +264,115 @@ def _direction(cell, d, xs, weights, initial, activations, masks, reverse):
         p = _pick(bb, weights["P"], d)
         step_weights["P"] = [cell.rows(p, k) for k in range(3)]
     state = [_pick(bb, s, d) for s in initial]
-    steps = len(masks)
+    length = xs.ty.shape.values[0]
+    if isinstance(length, tvm.tirx.IntImm) and int(length) <= UNROLL_AT_MOST:
+        return _unrolled(cell, projected, step_weights, state, activations, lengths, reverse, int(length))
+    return _looped(cell, d, projected, step_weights, state, activations, lengths, reverse)
+
+
+def _step(cell, x, state, weights, activations, mask):
+    """One time step: the next states and this step's output (an entry
+    past its length, where ``mask`` is false, keeps its state and outputs 0)."""
+    bb = cell.bb
+    new = _STEPS[cell.op](cell, x, state, weights, activations)
+    if mask is None:
+        return list(new), new[0]
+    state = [bb.emit(relax.op.where(mask, n, s)) for n, s in zip(new, state)]
+    return state, bb.emit(relax.op.where(mask, new[0], cell.const(0.0)))
+
+
+def _mask(bb, t, lengths):
+    """``[batch, 1]`` bools: step ``t`` lies within each entry's length."""
+    if lengths is None:
+        return None
+    return bb.emit(relax.op.expand_dims(relax.op.less(t, lengths), 1))
+
+
+def _unrolled(cell, projected, weights, state, activations, lengths, reverse, steps):
+    bb = cell.bb
     outputs = [None] * steps
     for t in reversed(range(steps)) if reverse else range(steps):
         x = bb.emit(relax.op.squeeze(relax.op.strided_slice(projected, axes=[0], begin=[t], end=[t + 1]), [0]))
-        new = _STEPS[op](cell, x, state, step_weights, activations)
-        if masks[t] is None:
-            state = list(new)
-            outputs[t] = new[0]
-        else:
-            # Past its length, an entry keeps its state and outputs 0.
-            state = [bb.emit(relax.op.where(masks[t], n, s)) for n, s in zip(new, state)]
-            outputs[t] = bb.emit(relax.op.where(masks[t], new[0], cell.const(0.0)))
+        state, outputs[t] = _step(cell, x, state, weights, activations,
+                                  _mask(bb, relax.const(t, "int64"), lengths))
     return bb.emit(relax.op.stack(outputs, axis=0)), state
+
+
+def _looped(cell, d, projected, weights, state, activations, lengths, reverse):
+    """The steps of one direction as a loop function (``recursive_loop``):
+    an iteration per step, its states carried, its outputs stacked (then
+    flipped to time order for a reverse direction)."""
+    bb = cell.bb
+    dtype = cell.dtype
+    steps, batch = projected.ty.shape.values[:2]
+    captured = {"projected": projected, "RT": weights["RT"]}
+    if isinstance(weights.get("Rbh"), relax.Var):  # (else a constant, used in place)
+        captured["Rbh"] = weights["Rbh"]
+    for k, peephole in enumerate(weights["P"] or []):
+        captured[f"P{k}"] = peephole
+    if lengths is not None:
+        captured["lengths"] = lengths
+    sizes = _SharedSizes()
+    carried_params = [relax.Var(f"state{k}", relax.TensorType(sizes.of(s), dtype)) for k, s in enumerate(state)]
+    captured_params = {name: relax.Var(name, relax.TensorType(sizes.of(value), str(value.ty.dtype)))
+                       for name, value in captured.items()}
+    i = tvm.tirx.Var("i", "int64")
+    inner_steps = captured_params["projected"].ty.shape.values[0]
+
+    def iteration():
+        t = inner_steps - 1 - i if reverse else i
+        x = bb.emit(relax.op.squeeze(relax.op.strided_slice(captured_params["projected"], axes=[0], begin=[t],
+                                                            end=[t + 1], assume_inbound=True), [0]))
+        inner = dict(weights, RT=captured_params["RT"], Rbh=captured_params.get("Rbh", weights.get("Rbh")),
+                     P=[captured_params[f"P{k}"] for k in range(3)] if weights["P"] else None)
+        mask = None
+        if lengths is not None:
+            now = bb.emit(relax.op.reshape(bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr([t]))), []))
+            mask = _mask(bb, now, captured_params["lengths"])
+        new, output = _step(cell, x, carried_params, inner, activations, mask)
+        return [i + 1], new, [output]
+
+    bb.begin_scope([i] + carried_params + list(captured_params.values()))
+    try:
+        gv, _ = recursive_loop(bb, f"{cell.name}_direction{d}", f"{cell.name}:{d}", [i], carried_params,
+                               list(captured_params.values()), iteration, tvm.tirx.LT(i, inner_steps))
+    finally:
+        bb.end_scope()
+    hidden = cell.hidden
+    empty = bb.emit(relax.op.zeros(relax.ShapeExpr([0, batch, hidden]), dtype))
+    result = bb.emit(relax.Call(gv, [tvm.tirx.IntImm("int64", 0)] + state + [empty] + list(captured.values())))
+    finals = [bb.match_cast(bb.emit(relax.TupleGetItem(result, k)), relax.TensorType([batch, hidden], dtype))
+              for k in range(len(state))]
+    ys = bb.match_cast(bb.emit(relax.TupleGetItem(result, len(state))),
+                       relax.TensorType([steps, batch, hidden], dtype))
+    if reverse:
+        ys = bb.emit(relax.op.flip(ys, axis=0))
+    return ys, finals
+
+
+class _SharedSizes:
+    """The sizes of a loop function's parameters: literal sizes kept, each
+    symbolic size of the caller one variable of the function's (so the
+    batch of the states and of the inputs is the same variable there)."""
+
+    def __init__(self):
+        self.outer, self.inner = [], []
+
+    def of(self, value) -> list:
+        dims = []
+        for d in value.ty.shape.values:
+            if isinstance(d, tvm.tirx.IntImm):
+                dims.append(d)
+                continue
+            for outer, inner in zip(self.outer, self.inner):
+                if tvm_ffi.structural_equal(outer, d):
+                    dims.append(inner)
+                    break
+            else:
+                self.outer.append(d)
+                self.inner.append(tvm.tirx.Var(f"n{len(self.inner)}", "int64"))
+                dims.append(self.inner[-1])
+        return dims
 
 
 def _pick(bb, x, d):
@@ -287,10 +396,6 @@ def _recurrent(op: str, importer, inputs, attrs, opset):
         raise _refusal(op, attrs, f"X must be a float tensor of rank 3, not {x.ty}")
     sizes = list(x.ty.shape.values)
     length = sizes[layout]
-    if not isinstance(length, tvm.tirx.IntImm):
-        raise _refusal(op, attrs, f"{op} over a sequence length known only at run time ({length}) is not supported: "
-                                  "shapefn unrolls the time steps at import")
-    steps = int(length)
     hidden = _hidden_size(op, attrs, inputs[2])
     clip = attrs.get("clip")
     if clip is not None and not float(clip) > 0:
@@ -298,7 +403,7 @@ def _recurrent(op: str, importer, inputs, attrs, opset):
     linear_before_reset = bool(attrs.get("linear_before_reset", 0)) if op == "GRU" else False
     input_forget = bool(attrs.get("input_forget", 0)) if op == "LSTM" else False
     activations = _activations(op, attrs, directions)
-    if steps == 0:
+    if isinstance(length, tvm.tirx.IntImm) and int(length) == 0:
         raise _refusal(op, attrs, f"{op} over an empty sequence is not supported")
 
     def optional(i):
@@ -327,21 +432,20 @@ def _recurrent(op: str, importer, inputs, attrs, opset):
         elif layout == 1:
             state = bb.emit(relax.op.permute_dims(state, [1, 0, 2]))
         initial.append(state)
-    masks = _masks(importer, bb, lengths, steps)
-    cell = _Cell(bb, op, hidden, dtype, None if clip is None else float(clip))
+    lengths = _validated(importer, bb, lengths, length)
+    cell = _Cell(bb, op, hidden, dtype, None if clip is None else float(clip), _node_name(attrs, op))
     ys, finals = [], []
     for d in range(directions):
-        y, state = _direction(cell, d, x, weights, initial, activations[d], masks, direction == "reverse" or d == 1)
+        y, state = _direction(cell, d, x, weights, initial, activations[d], lengths, direction == "reverse" or d == 1)
         ys.append(y)
         finals.append(state)
     y = bb.emit(relax.op.stack(ys, axis=1))  # [steps, directions, batch, hidden]
     results = [y]
     for k in range(len(initial)):
         final = bb.emit(relax.op.stack([f[k] for f in finals], axis=0))
-        if masks[0] is not None:
+        if lengths is not None:
             # onnxruntime's final states of an empty sequence are 0 (not the initial ones).
-            started = bb.emit(relax.op.expand_dims(relax.op.greater(lengths, relax.const(0, str(lengths.ty.dtype))),
-                                                   1))
+            started = bb.emit(relax.op.expand_dims(relax.op.greater(lengths, relax.const(0, "int64")), 1))
             final = bb.emit(relax.op.where(started, final, relax.const(0, dtype)))
         results.append(final)
     if layout == 1:
@@ -366,16 +470,23 @@ def _hidden_size(op, attrs, r) -> int:
     return int(size)
 
 
-def _masks(importer, bb, lengths, steps) -> list:
-    """Per time step, ``[batch, 1]`` bools (step < the entry's length), or
-    Nones where no ``sequence_lens`` is given or it is all ``steps``."""
+def _validated(importer, bb, lengths, steps):
+    """``sequence_lens`` as int64, each checked to lie in ``[0, steps]``
+    where the kernel reads it; None where none is given or it is all
+    ``steps`` (known at import)."""
     if lengths is None:
-        return [None] * steps
+        return None
     known = const_value(importer, lengths)
-    if known is not None and np.all(known == steps):
-        return [None] * steps
-    dtype = str(lengths.ty.dtype)
-    return [bb.emit(relax.op.expand_dims(relax.op.less(relax.const(t, dtype), lengths), 1)) for t in range(steps)]
+    if known is not None and isinstance(steps, tvm.tirx.IntImm) and np.all(known == int(steps)):
+        return None
+    return bb.emit_te(index_checks.checked_tensor, lengths, steps + 1, "sequence length", False,
+                      primfunc_name_hint="sequence_lengths")
+
+
+def _node_name(attrs, op: str) -> str:
+    """A name for the node's loop functions (its ONNX name, else ``op``)."""
+    name = attrs["tvm_custom"]["name"] or op.lower()
+    return "".join(c if c.isalnum() else "_" for c in name)
 
 
 @converter("RNN")
