@@ -7,7 +7,9 @@ and 17, too), any PyPI model, or a group: ``torchvision`` (the five
 opset-17 graphs of the family), ``pypi`` (every PyPI model),
 ``transformers`` (small BERT and GPT-2 graphs: the encoder at two (batch,
 length) pairs; the decoder's 16-token prompt, then one token after 64:
-its time per token), ``all`` (the default two, then the torchvision and
+its time per token), ``recognizers`` (a CRNN-style text recognizer whose
+LSTMs run over the image's width: one line of 100 columns, four of 320),
+``all`` (the default two, then the torchvision and
 PyPI groups).
 
 Per model: compile seconds and kernels compiled with an empty kernel cache
@@ -58,8 +60,10 @@ TORCHVISION_FAMILY = ["retinanet_resnet50_fpn_op17", "fcos_resnet50_fpn_op17", "
                       "keypointrcnn_resnet50_fpn_op17", "maskrcnn_resnet50_fpn_op17"]
 # transformers' BERT and GPT-2 classes, small (tests/data/export_transformers.py).
 TRANSFORMERS = ["bert_tiny_op23", "bert_tiny_op17", "gpt2_tiny_op23", "gpt2_tiny_op18"]
+# A text recognizer whose recurrences run over the image's width (tests/data/export_crnn.py).
+RECOGNIZERS = ["crnn_op17"]
 GROUPS = {"torchvision": TORCHVISION_FAMILY, "pypi": list(pypi_models.MODELS), "transformers": TRANSFORMERS,
-          "all": DEFAULT_MODELS + TORCHVISION_FAMILY + list(pypi_models.MODELS)}
+          "recognizers": RECOGNIZERS, "all": DEFAULT_MODELS + TORCHVISION_FAMILY + list(pypi_models.MODELS)}
 # The image sizes (height, width) the graphs of tests/data run at.
 SIZES = [(320, 320), (256, 384)]
 
@@ -95,6 +99,10 @@ def load(name: str, data: pathlib.Path):
         return onnx.load(str(pypi_models.model_path(name))), pypi_models.feeds(name)
     if name.startswith(("bert_", "gpt2_")):
         return materialize(data, name), _transformer_feeds(name)
+    if name in RECOGNIZERS:
+        rng = np.random.default_rng(0)
+        return materialize(data, name), [[rng.uniform(-1, 1, (b, 1, 32, w)).astype(np.float32)]
+                                         for b, w in [(1, 100), (4, 320)]]
     return materialize(data, name), [[torch_eager.image(h, w)] for h, w in SIZES]
 
 

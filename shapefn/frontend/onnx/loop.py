@@ -192,7 +192,8 @@ class _LoopBuilder:
         return gv, [bb.emit(z) for z in scan_inits]
 
 
-def recursive_loop(bb, name: str, key: str, head: list, carried: list, captured: list, iteration, go):
+def recursive_loop(bb, name: str, key: str, head: list, carried: list, captured: list, iteration, go,
+                   outline: bool = False):
     """A module-level function ``name(*head, *carried, *scans, *captured)``
     that, while ``go`` (a condition on its parameters) holds, runs
     ``iteration`` and calls itself on what it returns, and otherwise
@@ -207,7 +208,13 @@ def recursive_loop(bb, name: str, key: str, head: list, carried: list, captured:
     first iteration's is the whole accumulation, so the initial scan
     arguments' other sizes need not match). ``key`` keeps BlockBuilder
     from merging this function with another whose body is the same.
-    Returns the function and the scan values (for their types)."""
+
+    With ``outline`` (where the next head depends on the head alone), an
+    iteration's bindings are a function of their own, ``name_step``, which
+    the loop calls: TVM's FuseOps fuses a function's own bindings but not
+    those inside an ``If``'s branch, so only then are an iteration's
+    operators fused into a few kernels. Returns the function and the scan
+    values (for their types)."""
     i = head[0]
     tvm_compat.begin_binding_block(bb)
     try:
@@ -225,6 +232,15 @@ def recursive_loop(bb, name: str, key: str, head: list, carried: list, captured:
         # exists.
         stub = relax.Function.create_empty(params, ret_ty, True, tvm.ir.DictAttrs({"onnx_loop": key}))
         gv = bb.add_func(stub, name)
+        if outline:
+            block = tvm_compat.end_block(bb)
+            step = relax.Function(params, relax.SeqExpr([block], relax.Tuple(next_carried + grown)), ret_ty,
+                                  is_pure=True, attrs=tvm.ir.DictAttrs({"onnx_loop": key + ":step"}))
+            step_gv = bb.add_func(relax.utils.copy_with_new_vars(step), name + "_step")
+            tvm_compat.begin_binding_block(bb)
+            outs = bb.emit(relax.Call(step_gv, params))
+            next_carried = [bb.emit(relax.TupleGetItem(outs, k)) for k in range(len(next_carried))]
+            grown = [bb.emit(relax.TupleGetItem(outs, len(next_carried) + k)) for k in range(len(grown))]
         again = bb.emit(relax.Call(gv, next_head + next_carried + grown + captured))
     finally:
         block = tvm_compat.end_block(bb)

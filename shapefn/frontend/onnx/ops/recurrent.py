@@ -335,7 +335,8 @@ def _looped(cell, d, projected, weights, state, activations, lengths, reverse):
     bb.begin_scope([i] + carried_params + list(captured_params.values()))
     try:
         gv, _ = recursive_loop(bb, f"{cell.name}_direction{d}", f"{cell.name}:{d}", [i], carried_params,
-                               list(captured_params.values()), iteration, tvm.tirx.LT(i, inner_steps))
+                               list(captured_params.values()), iteration, tvm.tirx.LT(i, inner_steps),
+                               outline=True)
     finally:
         bb.end_scope()
     hidden = cell.hidden
