@@ -58,12 +58,12 @@ def test_pytorch_is_fed_the_images_shapefn_is():
 
 def test_every_torchvision_graph_has_its_builder():
     graphs = [p.name[: -len(".graph.onnx")] for p in DATA.glob("*.graph.onnx")
-              if p.name[: -len(".graph.onnx")] not in models.TRANSFORMERS]
+              if p.name[: -len(".graph.onnx")] not in models.TRANSFORMERS + models.RECOGNIZERS]
     assert len(graphs) >= len(torch_eager.BUILDER_KWARGS)
     for graph in graphs:
         assert torch_eager.builder_name(graph) == graph.removesuffix("_op17"), graph
     assert torch_eager.builder_name("silero_vad") is None
-    assert all(torch_eager.builder_name(name) is None for name in models.TRANSFORMERS)
+    assert all(torch_eager.builder_name(name) is None for name in models.TRANSFORMERS + models.RECOGNIZERS)
 
 
 def run_without_tvm_or_shapefn(*args):
