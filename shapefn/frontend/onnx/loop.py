@@ -184,8 +184,10 @@ class _LoopBuilder:
             go = tirx.LT(i, trip_param)
         if cond_param is not None:
             go = tirx.And(go, tirx.NE(cond_param, tirx.IntImm("int64", 0)))
+        # (a condition the body computes is defined by its bindings: that
+        # body stays in the loop function)
         gv, slices = recursive_loop(bb, _function_name(self.node), ",".join(self.node.output), head, carried_params,
-                                    captured_params, iteration, go)
+                                    captured_params, iteration, go, outline=cond_param is None)
         scan_infos = body.output[1 + self.n_carried:]
         scan_inits = [relax.op.zeros(relax.ShapeExpr([0] + _empty_scan_dims(info, s.ty)), s.ty.dtype)
                       for info, s in zip(scan_infos, slices)]
