@@ -275,8 +275,12 @@ def _empty_scan_dims(value_info, sliced_ty: relax.TensorType) -> list[int]:
 
 
 def _function_name(node) -> str:
-    name = node.name or (node.output[0] if node.output else "body")
-    return "loop_" + "".join(c if c.isalnum() else "_" for c in name)
+    return "loop_" + function_name(node.name or (node.output[0] if node.output else "body"))
+
+
+def function_name(text: str) -> str:
+    """``text`` (an ONNX name) as a module function's name."""
+    return "".join(c if c.isalnum() else "_" for c in text)
 
 
 def convert_loop(importer, node, inputs, attrs) -> list:

@@ -22,7 +22,7 @@ from tvm import relax
 
 from ....compiler.passes import index_checks
 from ....runtime.errors import InvalidOnnxModel, UnsupportedOnnxOp
-from ..loop import recursive_loop
+from ..loop import function_name, recursive_loop
 from ..registry import converter
 from ..values import absent, as_tensor, const_value, str_attr
 
@@ -486,8 +486,7 @@ def _validated(importer, bb, lengths, steps):
 
 def _node_name(attrs, op: str) -> str:
     """A name for the node's loop functions (its ONNX name, else ``op``)."""
-    name = attrs["tvm_custom"]["name"] or op.lower()
-    return "".join(c if c.isalnum() else "_" for c in name)
+    return function_name(attrs["tvm_custom"]["name"] or op.lower())
 
 
 @converter("RNN")
