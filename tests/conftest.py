@@ -3,10 +3,15 @@ import os
 
 # Tests run in as many processes as there are cores (pytest -n auto): each
 # runs host kernels on one thread (shapefn would give TVM's pool every CPU;
-# tests/test_host_target.py checks that, and parallel kernels on 2 threads).
+# tests/test_host_target.py checks that, and parallel kernels on 2 threads),
+# PoCL's kernels on one (its pthread device runs work-groups on a thread per
+# core) and onnxruntime's sessions on one (``_OneThreadSession``): a worker
+# that takes every core slows the others' by a third.
 os.environ.setdefault("TVM_NUM_THREADS", "1")
+os.environ.setdefault("POCL_MAX_PTHREAD_COUNT", "1")
 
 import numpy as np  # noqa: E402
+import onnxruntime  # noqa: E402
 import pytest
 import tvm
 from tvm import relax
@@ -14,6 +19,23 @@ from tvm.script import relax as R
 
 import shapefn
 from shapefn.compiler import hand_built as kernels
+
+
+class _OneThreadSession(onnxruntime.InferenceSession):
+    """onnxruntime's session, on one thread and without spinning unless its
+    options say otherwise (its default is a spinning thread per core)."""
+
+    def __init__(self, path_or_bytes, sess_options=None, *args, **kwargs):
+        options = sess_options if sess_options is not None else onnxruntime.SessionOptions()
+        if options.intra_op_num_threads == 0:
+            options.intra_op_num_threads = 1
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        if options.inter_op_num_threads == 0:
+            options.inter_op_num_threads = 1
+        super().__init__(path_or_bytes, options, *args, **kwargs)
+
+
+onnxruntime.InferenceSession = _OneThreadSession
 
 # A test marked `opencl` runs on a real OpenCL device (PoCL in CI). Without
 # one it skips, naming what to install -- or fails, with --require-opencl

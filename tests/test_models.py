@@ -6,9 +6,9 @@ as sets (random weights can tie scores).
 Each behaviour once, for CI's time (a compile of a detector for OpenCL and
 PoCL's build of its programs take minutes on two cores): both models on a
 strict sim; Faster R-CNN, the model with more kinds of kernels (RoI align,
-per-level NMS), also on OpenCL, and on TVM's ``relax.VirtualMachine``
-(test_models_tvm_vm.py, a file of its own so that the two compiles run on
-two workers). The CUDA build's checks run on the programs of
+per-level NMS), also on OpenCL, and on TVM's ``relax.VirtualMachine`` on
+the CPU (test_models_tvm_vm.py, a file of its own so that the two compiles
+run on two workers). The CUDA build's checks run on the programs of
 test_cuda_build.py (a whole detector's build is one nvcc run of minutes on
 two cores); a CUDA GPU, where there is one, runs both models here. SSD-lite's
 GPU schedules are not checked here: its kernels are SSD300's
@@ -125,8 +125,7 @@ def test_detections_match_onnxruntime(compiled, name, size, device):
 
 
 # What one inference at 320x320 copies to the host and waits for (counted):
-# counts and shape values only, 8 bytes each. TVM's VM with shapefn's
-# pipeline moves the same (test_models_tvm_vm.py).
+# counts and shape values only, 8 bytes each.
 MOVED = {ON_OPENCL: {"d2h_copies": 8, "d2h_bytes": 64, "syncs": 7}}
 
 

@@ -8,7 +8,9 @@ The sample is, for each operator with a single-node test that shapefn's VM
 passes (not listed in ``data/onnx_backend_expected_failures.txt``), the
 first such test by name. Cases that fail only under TVM's VM are listed in
 ``PIPELINE_FAILURES`` with the reason; as in the whole suite, a listed case
-that passes fails the run until it is taken off."""
+that passes fails the run until it is taken off. As in the whole suite,
+the kernels are compiled at LLVM's optimization level 0 (``CPU``): what the
+pipeline computes is checked, not how fast."""
 import collections
 import functools
 import re
@@ -30,6 +32,8 @@ from shapefn.frontend.onnx.sequence_inputs import is_sequence
 
 pytestmark = pytest.mark.model  # (a compile per case: not under the sanitizer)
 
+# The kernels' target: LLVM at optimization level 0.
+CPU = tvm.target.Target({"kind": "llvm", "opt-level": 0})
 # Sample cases that fail under TVM's VM only, and why.
 _WINDOW = ("TVM's VMShapeLower: 'PrimExpr T.int64(4) * arange_0 has not been computed' (a window's length from a"
            " Range whose size a shape function gives, scaled, reaches a shape before VMShapeLower computes it)")
@@ -69,7 +73,7 @@ class RelaxVMRep(BackendRep):
         args = [inputs[n] for n in self.inputs] if isinstance(inputs, dict) else list(inputs)
         lengths = {n: len(a) for n, a in zip(self.inputs, args, strict=True) if isinstance(a, list)}
         mod = from_onnx(self.model, sequence_lengths=lengths)
-        library = tvm.compile(mod, target="llvm", relax_pipeline=relax_vm.pipeline("llvm"))
+        library = tvm.compile(mod, target=CPU, relax_pipeline=relax_vm.pipeline(CPU))
         flat = [item for a in args for item in (a if isinstance(a, list) else [a])]
         result = relax.VirtualMachine(library, tvm.cpu())["main"](*[tvm.runtime.tensor(np.asarray(a)) for a in flat])
         items = [result] if len(self.sequences) == 1 else list(result)

@@ -218,6 +218,25 @@ def test_a_short_reduction_gets_a_thread_per_output():
         assert target_schedule._ShortReduction().apply(kernel(reduction(), "sum"), target, False) is None
 
 
+def test_a_kernel_scheduled_before_under_another_name_gets_that_schedule(monkeypatch):
+    """TVM's rules are tried once per kernel and target in a process: a
+    structurally equal kernel (another model of the family, another name)
+    gets the first one's schedule; a different kernel or target tries them."""
+    target = tvm.target.Target("cuda", host="llvm")
+    (func,) = [f for gv, f in lower(depthwise(), target).functions.items() if gv.name_hint.startswith("fused_conv2d")]
+    tried = []
+    rules = target_schedule._dlight_rules
+    monkeypatch.setattr(target_schedule, "_dlight_rules", lambda f, t: tried.append(str(t.kind.name)) or rules(f, t))
+    monkeypatch.setattr(target_schedule, "_scheduled", {})
+    first = target_schedule._dlight(func.with_attr("global_symbol", "a"), target)
+    again = target_schedule._dlight(func.with_attr("global_symbol", "b"), target)
+    assert first is not None and again.same_as(first) and tried == ["cuda"]
+    target_schedule._dlight(func, tvm.target.Target("opencl", host="llvm"))
+    (other,) = [f for gv, f in lower(reduction(), target).functions.items() if gv.name_hint.startswith("sum")]
+    target_schedule._dlight(other, target)
+    assert tried == ["cuda", "opencl", "cuda"]
+
+
 def test_readme_example_computes_shape_arithmetic_without_a_kernel():
     """The slice's end (the input's shape as a tensor) is handed to its
     shape function from the VM's registers: the device runs the three

@@ -231,15 +231,38 @@ def _device_kernel(name: str, func: tirx.PrimFunc, target: tvm.target.Target) ->
     return func, alone
 
 
+# _dlight's results in this process: (structural hash, target) -> [(kernel,
+# scheduled or None)], at most _SCHEDULED_KEPT kernels. Models of one family
+# share most kernels (a backbone, a head), and trying TVM's rules on a kernel
+# is most of the time a GPU compile spends scheduling.
+_SCHEDULED_KEPT = 4096
+_scheduled: dict[tuple[int, str], list[tuple[tirx.PrimFunc, tirx.PrimFunc | None]]] = {}
+
+
 def _dlight(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.PrimFunc | None:
     """``func`` under the first of TVM's default GPU rules that schedules
     it with all its work in GPU threads, or None. Like
     ``dlight.ApplyDefaultSchedule``, except that a rule that fails on the
     kernel (some assert on shapes they do not expect) or leaves work on the
     host (GeneralReduction's host loop of one-thread launches) passes it on
-    to the next instead."""
+    to the next instead. A kernel structurally equal to one scheduled
+    before (names aside) gets that one's result."""
     if not isinstance(func.body, s_tir.SBlockRealize):
         return None  # the rules need blocks
+    unnamed = func.without_attr("global_symbol")
+    key = (tvm_ffi.structural_hash(unnamed), str(target))
+    for seen, scheduled in _scheduled.get(key, ()):
+        if tvm_ffi.structural_equal(unnamed, seen):
+            return scheduled
+    scheduled = _dlight_rules(func, target)
+    if sum(len(entries) for entries in _scheduled.values()) >= _SCHEDULED_KEPT:
+        _scheduled.clear()
+    _scheduled.setdefault(key, []).append((unnamed, scheduled))
+    return scheduled
+
+
+def _dlight_rules(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.PrimFunc | None:
+    """``_dlight``'s result, from the rules."""
     # (_FullReduction first: GeneralReduction takes full reductions too, and
     # launches a one-thread kernel per element from a host loop.)
     rules = (_FullReduction(), dlight.gpu.Matmul(), _ShortReduction(), dlight.gpu.GEMV(), dlight.gpu.Reduction(),
