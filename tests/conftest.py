@@ -285,7 +285,7 @@ def assert_parallel_on_gpus(mod: tvm.IRModule, kinds=("cuda",)) -> None:
     default: OpenCL's come from the same rules and GPU forms (only the
     limits differ), and a model compiled for OpenCL builds them anyway."""
     from shapefn.compiler.compile import scheduled_kernels
-    from shapefn.compiler.schedules import target_schedule
+    from shapefn.compiler.schedules import gpu_threads, target_schedule
 
     for kind in kinds:
         scheduled = scheduled_kernels(mod, kind)
@@ -295,7 +295,7 @@ def assert_parallel_on_gpus(mod: tvm.IRModule, kinds=("cuda",)) -> None:
         assert on_device, kind
         for name, func in on_device:
             assert target_schedule.binds_threads(func), (kind, name)
-            assert not target_schedule._host_work(func), (kind, name, target_schedule._host_work(func))
+            assert not gpu_threads.host_work(func), (kind, name, gpu_threads.host_work(func))
 
 
 def sym(name: str) -> tvm.tirx.Var:

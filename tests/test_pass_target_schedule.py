@@ -33,7 +33,7 @@ from shapefn.compiler.kernels import count as count_kernels
 from shapefn.compiler.kernels import dynamic as dyn_kernels
 from shapefn.compiler.passes import placement, readback_order
 from shapefn.compiler.passes.lower_dynamic import lower_dynamic_ops
-from shapefn.compiler.schedules import cpu_schedule, target_schedule
+from shapefn.compiler.schedules import cpu_schedule, gpu_threads, target_schedule
 
 GPU_KINDS = ["cuda", "opencl"]
 
@@ -550,7 +550,7 @@ def test_a_reduction_of_every_element_is_one_parallel_launch():
     (name,) = [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)]  # max, fused with add
     scheduled = target_schedule.schedule({name: mod[name]}, target)
     assert scheduled.single_thread == ()
-    assert target_schedule._host_work(scheduled.module[name]) == []
+    assert gpu_threads.host_work(scheduled.module[name]) == []
     source = tvm.tirx.build(scheduled.module, target).imports[0].inspect_source()
     launches = re.findall(rf"\b{name}_kernel\w*", source)
     assert launches and set(launches) == {f"{name}_kernel"}

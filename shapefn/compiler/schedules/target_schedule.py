@@ -32,7 +32,7 @@ that never happens.
   not thread-local outside any GPU thread, a host loop around launches of
   one thread (serial work a launch at a time), or a call of a packed
   function (host code), raises
-  ``KernelPlacementError`` naming the kernel.
+  ``KernelPlacementError`` naming the kernel (``gpu_threads.host_work``).
 """
 from __future__ import annotations
 
@@ -51,6 +51,7 @@ from ... import _core
 from ...runtime import device_kinds
 from ..kernels import gpu as gpu_kernels
 from . import cpu_schedule
+from .gpu_threads import binds_threads, host_work, is_local, serial_loops, writes_nothing
 
 GPU_KINDS = device_kinds.gpu_kinds()
 # Part of every GPU build's kernel keys: a change to the rules, the
@@ -64,12 +65,6 @@ HOST_FORM = "shapefn.host_form"
 # forms' HOST_FORM gives (``kernel_form`` adds each as it pairs them).
 _CPU_FORMS: dict[str, Callable[..., tirx.PrimFunc]] = {}
 
-# Packed calls are made by host code through the TVM runtime; a device
-# kernel cannot make them (and shapefn cannot tell whether the callee
-# expects device memory).
-_PACKED_CALLS = frozenset({"tirx.tvm_call_packed", "tirx.tvm_call_cpacked", "tirx.tvm_call_trace_packed",
-                           "tirx.tvm_call_packed_lowered", "tirx.tvm_call_cpacked_lowered"})
-_THREAD_SCOPES = frozenset({"thread_extent", "virtual_thread"})
 # Blocks lowered to plain loops and buffers, for kernels that get the
 # single-thread form (the rest of TVM's pipeline runs when they are built).
 _LOWER_BLOCKS = (s_tir.transform.LowerInitBlock, s_tir.transform.ConvertBlocksToOpaque,
@@ -209,21 +204,21 @@ def _device_kernel(name: str, func: tirx.PrimFunc, target: tvm.target.Target) ->
     ``KernelPlacementError`` if it cannot run there, ``SerialKernelError``
     if it has loops and no parallel schedule."""
     alone = False
-    if _writes_nothing(func):  # (an empty output: a split's empty part; no thread has work)
+    if writes_nothing(func):  # (an empty output: a split's empty part; no thread has work)
         return func.with_body(tirx.Evaluate(0)), alone
-    problems = _host_work(func)
+    problems = host_work(func)
     if problems:  # (a kernel written for GPU threads has none: it is kept as written)
         func = _without_dtype_limits(func)
         scheduled = _dlight(func, target)
-        if scheduled is not None and not _host_work(scheduled):
+        if scheduled is not None and not host_work(scheduled):
             func = scheduled
         elif not binds_threads(func):  # (one thread cannot launch more)
             func, alone = _single_thread(name, func), True
-        problems = _host_work(func)
+        problems = host_work(func)
     if problems:
         shown = "; ".join(problems[:3]) + ("; ..." if len(problems) > 3 else "")
         raise KernelPlacementError(f"kernel '{name}' cannot run on the {target.kind.name} device: it {shown}")
-    loops = _serial_loops(func) if alone else 0
+    loops = serial_loops(func) if alone else 0
     if loops:
         raise SerialKernelError(
             f"kernel '{name}' has no parallel {target.kind.name} schedule: {loops} of its loops would run "
@@ -277,7 +272,7 @@ def _dlight_rules(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.PrimFu
                 continue
             sch = space[0] if isinstance(space, list) else space
             scheduled = sch.mod["main"]
-            if not _host_work(scheduled):
+            if not host_work(scheduled):
                 return scheduled.with_attr("tirx.is_scheduled", True)
     return None
 
@@ -435,7 +430,7 @@ def _single_thread(name: str, func: tirx.PrimFunc) -> tirx.PrimFunc:
     params = _param_vars(func)
     prologue, kernel = [], []
     for stmt in statements:
-        if isinstance(stmt, tirx.AllocBuffer) and not _is_local(stmt.buffer.scope()):
+        if isinstance(stmt, tirx.AllocBuffer) and not is_local(stmt.buffer.scope()):
             if not _uses_only(stmt.buffer.shape, params):
                 raise KernelPlacementError(f"kernel '{name}' allocates {stmt.buffer.name or 'a buffer'} with a size "
                                         "computed inside it; it cannot run in one GPU thread")
@@ -456,126 +451,6 @@ def _thread(tag: str, body: tirx.Stmt) -> tirx.Stmt:
     """``body`` under a launch of one ``tag`` thread."""
     iter_var = tirx.IterVar(ir.Range(0, 1), tirx.Var(tag, "int32"), tirx.IterVar.ThreadIndex, tag)
     return tirx.AttrStmt(iter_var, "thread_extent", tirx.IntImm("int32", 1), body)
-
-
-def binds_threads(func: tirx.PrimFunc) -> bool:
-    """Whether ``func`` launches GPU threads (a GPU kernel as written)."""
-    return _launches(func.body)
-
-
-def _launches(stmt: tirx.Stmt) -> bool:
-    """Whether ``stmt`` launches GPU threads."""
-    found = []
-
-    def attr(node):
-        if node.attr_key in _THREAD_SCOPES:
-            found.append(node)
-            return tvm_ffi.WalkResult.SKIP
-        return None
-
-    def loop(node):
-        if node.kind == tirx.ForKind.THREAD_BINDING:
-            found.append(node)
-            return tvm_ffi.WalkResult.SKIP
-        return None
-
-    tvm_ffi.structural_walk(stmt, [(tirx.AttrStmt, attr), (tirx.For, loop)], order="pre")
-    return bool(found)
-
-
-def _one_thread(stmt: tirx.Stmt) -> bool:
-    """Whether every launch in ``stmt`` is of one thread in one block: a
-    loop around such launches does serial work a launch at a time. (A loop
-    of parallel launches, as the steps of a sort across work groups, is a
-    GPU algorithm: its trip count grows with the log of the data.)"""
-    extents = []
-
-    def attr(node):
-        if node.attr_key in _THREAD_SCOPES:
-            extents.append(node.value)
-
-    def loop(node):
-        if node.kind == tirx.ForKind.THREAD_BINDING:
-            extents.append(node.extent)
-
-    tvm_ffi.structural_walk(stmt, [(tirx.AttrStmt, attr), (tirx.For, loop)])
-    return all(isinstance(e, tirx.IntImm) and e.value == 1 for e in extents)
-
-
-def _host_work(func: tirx.PrimFunc) -> list[str]:
-    """What in a device kernel would run on the host and cannot or should
-    not: accesses to memory that is not thread-local outside every GPU
-    thread, loops on the host around launches of one thread (serial work a
-    launch at a time), and packed calls anywhere."""
-    problems = []
-
-    def attr(node):
-        return tvm_ffi.WalkResult.SKIP if node.attr_key in _THREAD_SCOPES else None
-
-    def loop(node):
-        if node.kind == tirx.ForKind.THREAD_BINDING:
-            return tvm_ffi.WalkResult.SKIP
-        if _launches(node.body) and _one_thread(node.body):
-            problems.append("launches one GPU thread per iteration of a host loop")
-            return tvm_ffi.WalkResult.SKIP
-        return None
-
-    def load(node):
-        if not _is_local(node.source.scope()):
-            problems.append(f"reads {node.source.name or 'a buffer'} outside any GPU thread (from host code)")
-
-    def store(node):
-        if not _is_local(node.buffer.scope()):
-            problems.append(f"writes {node.buffer.name or 'a buffer'} outside any GPU thread (from host code)")
-
-    tvm_ffi.structural_walk(func.body, [(tirx.AttrStmt, attr), (tirx.For, loop), (ir.TensorLoad, load),
-                                        (tirx.BufferStore, store)], order="pre")
-
-    def call(node):
-        if isinstance(node.op, ir.Op) and node.op.name in _PACKED_CALLS:
-            callee = node.args[0].value if node.args and isinstance(node.args[0], ir.StringImm) else "?"
-            problems.append(f"calls the packed function '{callee}' (only host code can)")
-
-    tvm_ffi.structural_walk(func.body, [(ir.Call, call)])
-    return list(dict.fromkeys(problems))
-
-
-def _writes_nothing(func: tirx.PrimFunc) -> bool:
-    """Whether every effect of ``func`` (each store, each call evaluated for
-    its effect: an extern, an atomic) lies inside a loop of no iterations:
-    its outputs are empty whatever the other sizes."""
-    empty, effects = [], []
-
-    def loop(node):
-        if isinstance(node.extent, tirx.IntImm) and node.extent.value == 0:
-            empty.append(node)
-            return tvm_ffi.WalkResult.SKIP
-        return None
-
-    tvm_ffi.structural_walk(func.body, [(tirx.For, loop), (tirx.BufferStore, effects.append),
-                                        (tirx.Evaluate, effects.append)], order="pre")
-    return bool(empty) and not effects
-
-
-def _serial_loops(func: tirx.PrimFunc) -> int:
-    """How many loops of more than one iteration (``while`` loops included)
-    ``func`` runs outside any parallel thread binding."""
-    loops = []
-
-    def loop(node):
-        if node.kind == tirx.ForKind.THREAD_BINDING and not (isinstance(node.extent, tirx.IntImm)
-                                                             and node.extent.value == 1):
-            return tvm_ffi.WalkResult.SKIP
-        if not (isinstance(node.extent, tirx.IntImm) and node.extent.value <= 1):
-            loops.append(node)
-        return None
-
-    tvm_ffi.structural_walk(func.body, [(tirx.For, loop), (tirx.While, loops.append)], order="pre")
-    return len(loops)
-
-
-def _is_local(scope: str) -> bool:
-    return scope.startswith("local")
 
 
 def _param_vars(func: tirx.PrimFunc) -> set[int]:
@@ -609,7 +484,7 @@ def _allocates_global(stmts: list[tirx.Stmt]) -> bool:
     found = []
 
     def alloc(node):
-        if not _is_local(node.buffer.scope()):
+        if not is_local(node.buffer.scope()):
             found.append(node)
 
     for stmt in stmts:
