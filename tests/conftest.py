@@ -9,6 +9,14 @@ import os
 # that takes every core slows the others' by a third.
 os.environ.setdefault("TVM_NUM_THREADS", "1")
 os.environ.setdefault("POCL_MAX_PTHREAD_COUNT", "1")
+# Host kernels (sim's, host's and GPU builds' host code) are compiled at
+# LLVM's optimization level 0: a test's kernels run a few times, and level 0
+# builds them in about half the time of LLVM's default (a detector's compile
+# 28 s -> 15 s on two cores) while running them at most 2x slower. The
+# CPU-kernel tests (test_cpu_gemm.py, test_cpu_schedule.py,
+# test_host_target.py) compile at the default level, what users get;
+# ``SHAPEFN_HOST_OPT_LEVEL= pytest`` runs every test so.
+os.environ.setdefault("SHAPEFN_HOST_OPT_LEVEL", "0")
 
 import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
@@ -180,6 +188,16 @@ def kernel_libs():
 def kernel_lib(kernel_libs):
     """The test kernels, compiled once for the CPU (sim and the host)."""
     return kernel_libs("sim")
+
+
+@pytest.fixture(scope="module")
+def default_host_opt_level():
+    """The module's host kernels compiled at LLVM's default optimization
+    level, as users' are (``pytestmark = pytest.mark.usefixtures(...)``);
+    every other test's at level 0 (the top of this file)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("SHAPEFN_HOST_OPT_LEVEL", raising=False)
+        yield
 
 
 @pytest.fixture

@@ -17,6 +17,9 @@ from shapefn.compiler.passes.relax_passes import lower
 from shapefn.compiler.schedules import cpu_schedule, target_schedule
 from shapefn.frontend import from_onnx
 
+# What users get: the default optimization level (conftest.default_host_opt_level).
+pytestmark = pytest.mark.usefixtures("default_host_opt_level")
+
 rng = np.random.default_rng(1)
 
 

@@ -13,6 +13,9 @@ from shapefn.compiler.kernels import cpu_conv
 from shapefn.compiler.passes.legalize import legalize_map
 from shapefn.compiler.schedules import cpu_schedule, target_schedule
 
+# What users get: the default optimization level (conftest.default_host_opt_level).
+pytestmark = pytest.mark.usefixtures("default_host_opt_level")
+
 
 def legalized(build_body, params):
     bb = relax.BlockBuilder()

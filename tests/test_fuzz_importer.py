@@ -13,8 +13,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools")
 import fuzz_importer  # noqa: E402
 
 # (compiling the detection parts' kernels dominates with an empty kernel
-# cache: they are compiled at LLVM's level 0, which halves that; the
-# importer's answers are what is judged); the full run is docs/fuzzing.md's.
+# cache); the full run is docs/fuzzing.md's.
 pytestmark = pytest.mark.model
 SUBSET = {"ops": (600, 11), "detection": (250, 12)}  # family -> (mutants, seed)
 
@@ -26,7 +25,7 @@ def seeds():
 
 @pytest.fixture(scope="module")
 def runner():
-    runner = fuzz_importer.Runner(timeout_s=300, llvm_opt_level=0)
+    runner = fuzz_importer.Runner(timeout_s=300)
     yield runner
     runner.close()
 

@@ -15,6 +15,9 @@ import shapefn
 from shapefn import _core
 from shapefn.compiler.schedules import target_schedule
 
+# What users get: the default optimization level (conftest.default_host_opt_level).
+pytestmark = pytest.mark.usefixtures("default_host_opt_level")
+
 
 @R.function
 def _doubled_sum(x: R.Tensor(("n", 64), "float32")):
@@ -53,6 +56,17 @@ def test_a_cpu_named_in_the_environment(monkeypatch):
 def test_an_unknown_cpu_is_refused(monkeypatch):
     monkeypatch.setenv(target_schedule.HOST_CPU_ENV, "no-such-cpu")
     with pytest.raises(ValueError, match="SHAPEFN_HOST_CPU='no-such-cpu' is not a CPU LLVM knows"):
+        shapefn.compile(module(), "host")
+
+
+def test_an_optimization_level_named_in_the_environment(monkeypatch):
+    assert "opt-level" not in target_schedule.host_target().attrs  # LLVM's default (this module's)
+    monkeypatch.setenv(target_schedule.HOST_OPT_LEVEL_ENV, "0")
+    assert target_schedule.host_target().attrs["opt-level"] == 0
+    exe = shapefn.compile(module(), "host")
+    np.testing.assert_allclose(shapefn.VirtualMachine(exe, "host")(X).numpy(), (2 * X).sum(axis=1), rtol=1e-5)
+    monkeypatch.setenv(target_schedule.HOST_OPT_LEVEL_ENV, "fast")
+    with pytest.raises(ValueError, match="SHAPEFN_HOST_OPT_LEVEL='fast' is not an LLVM optimization level"):
         shapefn.compile(module(), "host")
 
 

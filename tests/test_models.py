@@ -27,6 +27,7 @@ import shapefn
 from conftest import DEVICE_INDEPENDENT_COUNTERS, opencl
 from shapefn.bench.models import materialize
 from shapefn.compiler import relax_vm
+from shapefn.compiler.schedules.target_schedule import host_target
 from shapefn.frontend import from_onnx
 
 pytestmark = pytest.mark.model
@@ -58,7 +59,6 @@ def match_detections(got: dict, want: dict) -> int:
 MODELS = ["ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn"]
 # The model that runs on a real device (the docstring says why one).
 ON_OPENCL = "fasterrcnn_mobilenet_v3_large_320_fpn"
-TVM_DEVICES = {"llvm": tvm.cpu, "opencl": tvm.opencl}
 
 
 class Compiled:
@@ -86,15 +86,16 @@ class Compiled:
         exe = self.executable(name, device)
         return shapefn.VirtualMachine(exe, shapefn.sim(strict=True) if device == "sim" else device)
 
-    def tvm_vm(self, name, target="opencl"):
+    def tvm_vm(self, name):
         """The model compiled by ``tvm.compile`` with ``relax_vm.pipeline``
-        for ``target`` ("opencl" or "llvm"), on TVM's ``relax.VirtualMachine``."""
-        key = (name, "tvm.compile", target)
+        for the CPU (shapefn's host target), on TVM's ``relax.VirtualMachine``."""
+        key = (name, "tvm.compile")
         if key not in self.executables:
             self.session(name)
+            target = host_target()
             self.executables[key] = relax_vm.runnable(tvm.compile(
                 from_onnx(self.protos[name]), target=target, relax_pipeline=relax_vm.pipeline(target)))
-        return relax.VirtualMachine(self.executables[key], TVM_DEVICES[target]())
+        return relax.VirtualMachine(self.executables[key], tvm.cpu())
 
 
 @pytest.fixture(scope="module")

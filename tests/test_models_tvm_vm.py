@@ -1,5 +1,6 @@
 """Faster R-CNN (test_models.py's model) compiled by ``tvm.compile`` with
-``relax_vm.pipeline`` for the CPU and run on TVM's ``relax.VirtualMachine``
+``relax_vm.pipeline`` for the CPU (shapefn's host target, at the
+optimization level conftest.py sets) and run on TVM's ``relax.VirtualMachine``
 (TVM's own importer and default pipeline cannot run it): its detections
 match onnxruntime's at both sizes.
 
@@ -14,7 +15,7 @@ worker other than test_models.py's."""
 import numpy as np
 import pytest
 import tvm
-from test_models import ON_OPENCL, SIZES, TVM_DEVICES, Compiled, image, match_detections
+from test_models import ON_OPENCL, SIZES, Compiled, image, match_detections
 
 pytestmark = pytest.mark.model
 
@@ -27,10 +28,10 @@ def compiled():
 @pytest.mark.parametrize("name", [ON_OPENCL])
 def test_detections_match_onnxruntime_under_tvm_vm(compiled, name):
     session, names = compiled.session(name)
-    vm = compiled.tvm_vm(name, "llvm")
+    vm = compiled.tvm_vm(name)
     for size in SIZES:
         x = image(size)
-        result = vm["main"](tvm.runtime.tensor(x, TVM_DEVICES["llvm"]()))
+        result = vm["main"](tvm.runtime.tensor(x, tvm.cpu()))
         got = dict(zip(names, (np.asarray(t.numpy()) for t in result)))
         want = dict(zip(names, session.run(None, {"image": x})))
         assert len(want["boxes"]) > 0

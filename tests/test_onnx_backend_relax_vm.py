@@ -8,9 +8,9 @@ The sample is, for each operator with a single-node test that shapefn's VM
 passes (not listed in ``data/onnx_backend_expected_failures.txt``), the
 first such test by name. Cases that fail only under TVM's VM are listed in
 ``PIPELINE_FAILURES`` with the reason; as in the whole suite, a listed case
-that passes fails the run until it is taken off. As in the whole suite,
-the kernels are compiled at LLVM's optimization level 0 (``CPU``): what the
-pipeline computes is checked, not how fast."""
+that passes fails the run until it is taken off. The kernels' target is
+shapefn's host target (``CPU``: at the optimization level conftest.py sets
+for every test's host kernels)."""
 import collections
 import functools
 import re
@@ -27,13 +27,13 @@ from test_onnx_backend_suite import expected_failures
 from tvm import relax
 
 from shapefn.compiler import relax_vm
+from shapefn.compiler.schedules.target_schedule import host_target
 from shapefn.frontend import from_onnx
 from shapefn.frontend.onnx.sequence_inputs import is_sequence
 
 pytestmark = pytest.mark.model  # (a compile per case: not under the sanitizer)
 
-# The kernels' target: LLVM at optimization level 0.
-CPU = tvm.target.Target({"kind": "llvm", "opt-level": 0})
+CPU = host_target()
 # Sample cases that fail under TVM's VM only, and why.
 _WINDOW = ("TVM's VMShapeLower: 'PrimExpr T.int64(4) * arange_0 has not been computed' (a window's length from a"
            " Range whose size a shape function gives, scaled, reaches a shape before VMShapeLower computes it)")

@@ -9,43 +9,20 @@ The cases shapefn does not pass are listed, each with its reason, in
 ``tools/onnx_expected_failures.py``). A listed case that fails is an
 expected failure; one that passes fails the run ("unexpected success")
 until it is taken off the list, so the list only shrinks. The sample on
-``opencl`` is test_onnx_backend.py's.
-
-The cases' kernels are compiled at LLVM's optimization level 0
-(``CPU_KERNELS``): the suite checks what the importer and converters
-compute, and half of its time went to LLVM optimizing 2,000 programs of a
-few small kernels each. The kernels as users get them (LLVM's default level)
-are what every other test compiles: each operator family's own tests and
-the models."""
+``opencl`` is test_onnx_backend.py's."""
 import pathlib
 import re
 
 import onnx.backend.test
 import pytest
-import tvm
 
 import shapefn.frontend.onnx.backend
-from shapefn.compiler.schedules.target_schedule import host_target
 
 pytestmark = pytest.mark.model  # (a compile per case: not under the sanitizer)
 
 EXPECTED_FAILURES = pathlib.Path(__file__).parent / "data" / "onnx_backend_expected_failures.txt"
 # The runner's categories this module runs (``real`` models are downloaded).
 CATEGORIES = ("NodeModel", "SimpleModel", "PyTorchConvertedModel", "PyTorchOperatorModel")
-# The kernels' target: the host's, at LLVM's optimization level 0.
-CPU_KERNELS = tvm.target.Target({**host_target().export(), "opt-level": 0})
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _unoptimized_kernels():
-    """The module's compiles build kernels for ``CPU_KERNELS`` (the
-    backend's options restored after: other files share the process)."""
-    options = shapefn.frontend.onnx.backend.COMPILE_OPTIONS
-    saved = dict(options)
-    options["target"] = CPU_KERNELS
-    yield
-    options.clear()
-    options.update(saved)
 
 
 def expected_failures() -> dict[str, str]:

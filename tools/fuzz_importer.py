@@ -286,18 +286,10 @@ def _receive(stream):
     return pickle.loads(stream.read(struct.unpack("<Q", header)[0]))  # noqa: S301 - our own worker
 
 
-def worker(llvm_opt_level: int | None = None) -> None:
-    """Serves requests on stdin: (model bytes, feeds) -> outcome. Kernels are
-    compiled for the host at LLVM's ``llvm_opt_level`` (its default if None)."""
+def worker() -> None:
+    """Serves requests on stdin: (model bytes, feeds) -> outcome."""
     import shapefn
 
-    target = None
-    if llvm_opt_level is not None:
-        import tvm
-
-        from shapefn.compiler.schedules.target_schedule import host_target
-
-        target = tvm.target.Target({**host_target().export(), "opt-level": llvm_opt_level})
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # (nothing but replies on the pipe)
     while True:
@@ -307,7 +299,7 @@ def worker(llvm_opt_level: int | None = None) -> None:
             return
         stage = "compile"
         try:
-            exe = shapefn.compile(shapefn.from_onnx(_parse(model_bytes)), "host", target=target)
+            exe = shapefn.compile(shapefn.from_onnx(_parse(model_bytes)), "host")
             vm = shapefn.VirtualMachine(exe, "host")
             runs, stage = [], "run"
             for args in feeds:
@@ -327,18 +319,15 @@ def _parse(data: bytes):
 
 
 class Runner:
-    """A worker process, restarted after a crash or a hang, compiling
-    kernels at LLVM's ``llvm_opt_level`` (its default if None)."""
+    """A worker process, restarted after a crash or a hang."""
 
-    def __init__(self, timeout_s: float = 120.0, llvm_opt_level: int | None = None):
+    def __init__(self, timeout_s: float = 120.0):
         self.timeout_s = timeout_s
-        self.llvm_opt_level = llvm_opt_level
         self.process = None
 
     def _start(self):
         here = os.path.dirname(os.path.abspath(__file__))
-        serve = (f"import sys; sys.path.insert(0, {here!r}); import fuzz_importer; "
-                 f"fuzz_importer.worker({self.llvm_opt_level!r})")
+        serve = f"import sys; sys.path.insert(0, {here!r}); import fuzz_importer; fuzz_importer.worker()"
         self.process = subprocess.Popen(
             [sys.executable, "-c", serve],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -539,14 +528,12 @@ def main(argv=None) -> int:
     parser.add_argument("--mutate", choices=("model", "inputs"), default="model",
                         help="what a mutant changes: the model, or a value of an integer input")
     parser.add_argument("--verbose", action="store_true", help="print every mutant's verdict and seconds")
-    parser.add_argument("--llvm-opt-level", type=int, choices=range(4), default=None,
-                        help="LLVM's optimization level for the kernels (its default if not given)")
     args = parser.parse_args(argv)
     families = args.seeds.split(",")
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         parser.error(f"unknown seed families {unknown}; choose from {', '.join(FAMILIES)}")
-    runner, verdicts = Runner(args.timeout, args.llvm_opt_level), collections.Counter()
+    runner, verdicts = Runner(args.timeout), collections.Counter()
     start = time.monotonic()
     for name, model, feeds in mutants(seed_models(families), args.count, args.seed, args.mutate):
         began = time.monotonic()

@@ -105,21 +105,32 @@ def device_code(target: tvm.target.Target) -> str:
 
 
 HOST_CPU_ENV = "SHAPEFN_HOST_CPU"
+HOST_OPT_LEVEL_ENV = "SHAPEFN_HOST_OPT_LEVEL"
 
 
 def host_target() -> tvm.target.Target:
     """The target of host kernels: LLVM for the CPU this process runs on
     (as ``-march=native``: its vector width and instructions), or for the
     LLVM CPU ``SHAPEFN_HOST_CPU`` names (``x86-64-v3``, ``skylake``...) to
-    build executables for other machines (read on every call)."""
-    return _llvm_for(os.environ.get(HOST_CPU_ENV) or codegen.llvm_get_system_cpu())
+    build executables for other machines (read on every call).
+    ``SHAPEFN_HOST_OPT_LEVEL`` (0-3, read on every call) sets LLVM's
+    optimization level: 0 builds several times faster and runs slower, for
+    compiles whose kernels run little (a test suite's); unset, LLVM's
+    default (3)."""
+    return _llvm_for(os.environ.get(HOST_CPU_ENV) or codegen.llvm_get_system_cpu(),
+                     os.environ.get(HOST_OPT_LEVEL_ENV, ""))
 
 
 @functools.lru_cache
-def _llvm_for(cpu: str) -> tvm.target.Target:
+def _llvm_for(cpu: str, opt_level: str) -> tvm.target.Target:
     if not codegen.llvm_is_valid_cpu(cpu, codegen.llvm_get_system_triple()):
         raise ValueError(f"{HOST_CPU_ENV}={cpu!r} is not a CPU LLVM knows (e.g. x86-64-v2, x86-64-v3, skylake)")
-    return tvm.target.Target({"kind": "llvm", "mcpu": cpu})
+    config = {"kind": "llvm", "mcpu": cpu}
+    if opt_level:
+        if opt_level not in ("0", "1", "2", "3"):
+            raise ValueError(f"{HOST_OPT_LEVEL_ENV}={opt_level!r} is not an LLVM optimization level (0, 1, 2 or 3)")
+        config["opt-level"] = int(opt_level)
+    return tvm.target.Target(config)
 
 
 def host_cpu_features(target: tvm.target.Target) -> list[str]:

@@ -10,8 +10,6 @@ ONNX names devices ``"CPU"`` and ``"CUDA"``. ``"CPU"`` runs on
 ``shapefn.frontend.onnx.backend.DEVICE`` (``"sim"``, the modelled accelerator, unless
 changed to ``"host"`` or ``"opencl"``); ``prepare``/``run_model`` also take
 a shapefn device name as ``device``. ``"CUDA"`` runs on ``"cuda"``.
-``COMPILE_OPTIONS`` are keyword arguments every compile of a prepared model
-passes to ``shapefn.compile`` (for example ``target``: its kernels' target).
 """
 from __future__ import annotations
 
@@ -29,13 +27,10 @@ from ...runtime.vm import VirtualMachine
 from .. import from_onnx
 from .sequence_inputs import is_sequence, sequence_inputs
 
-__all__ = ["COMPILE_OPTIONS", "DEVICE", "ShapefnBackend", "ShapefnRep", "prepare", "run_model", "run_node",
-           "supports_device"]
+__all__ = ["DEVICE", "ShapefnBackend", "ShapefnRep", "prepare", "run_model", "run_node", "supports_device"]
 
 # What ONNX's "CPU" device runs on.
 DEVICE = "sim"
-# What every compile passes to shapefn.compile besides the module and device.
-COMPILE_OPTIONS: dict[str, Any] = {}
 _SHAPEFN_DEVICES = device_kinds.offered()
 
 
@@ -74,7 +69,7 @@ class ShapefnRep(BackendRep):
     def _vm_for(self, lengths: dict[str, int]) -> VirtualMachine:
         key = tuple(sorted(lengths.items()))
         if key not in self._compiled:
-            executable = _compile(from_onnx(self.model, sequence_lengths=lengths), self.device, **COMPILE_OPTIONS)
+            executable = _compile(from_onnx(self.model, sequence_lengths=lengths), self.device)
             self._compiled[key] = VirtualMachine(executable, sim() if self.device == "sim" else self.device)
         return self._compiled[key]
 
