@@ -18,6 +18,9 @@ from shapefn.bench.models import materialize
 from shapefn.frontend import from_onnx
 
 pytestmark = pytest.mark.model  # (a compile per model: not under the sanitizer)
+# Whole models: the bodies variant of onnx_check (conftest) would compile
+# each twice more for what the converter tests' variants cover.
+ONNX_CHECK_BODIES = False
 
 DATA = pathlib.Path(__file__).parent / "data"
 HEADS, HEAD_SIZE, LAYERS, VOCAB = 4, 16, 2, 1000

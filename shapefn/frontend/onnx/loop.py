@@ -64,6 +64,42 @@ def _param_like(value, name: str, keep_literals: bool = True) -> relax.Var:
     raise ValueError(f"Loop: '{name}' of type {ty} cannot cross into the loop body")
 
 
+def _carried_param(value, name: str, declared_out) -> relax.Var:
+    """The loop function's parameter for carried value ``value``: fresh size
+    variables, except where the body's output ``declared_out`` (the next
+    iteration's value) declares the literal size the value has on entry, a
+    size that stays (a shape vector's length, for one: a converter that
+    reads a shape from a carried value needs its length)."""
+    param = _param_like(value, name, keep_literals=False)
+    ty = value.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return param
+    declared = declared_out.type.tensor_type if declared_out.type.HasField("tensor_type") else None
+    if declared is None or not declared.HasField("shape") or len(declared.shape.dim) != ty.ndim:
+        return param
+    dims = [d if isinstance(d, tirx.IntImm) and dim.HasField("dim_value") and dim.dim_value == int(d) else fresh
+            for d, dim, fresh in zip(ty.shape.values, declared.shape.dim, param.ty.shape.values)]
+    return relax.Var(name, relax.TensorType(dims, ty.dtype))
+
+
+def _as_declared(bb, value, param, what: str):
+    """``value`` (the next iteration's carried value) with the literal sizes
+    of ``param`` (``_carried_param``): cast where its sizes are not known
+    at import (checked when it runs), an error where they differ."""
+    want = param.ty.shape.values
+    have = value.ty.shape.values
+    fixed = [w for w in want if isinstance(w, tirx.IntImm)]
+    if not fixed:
+        return value
+    for axis, (w, h) in enumerate(zip(want, have)):
+        if isinstance(w, tirx.IntImm) and isinstance(h, tirx.IntImm) and int(w) != int(h):
+            raise ValueError(f"{what} has size {int(h)} along axis {axis}, where the body declares {int(w)}")
+    if all(isinstance(h, tirx.IntImm) or not isinstance(w, tirx.IntImm) for w, h in zip(want, have)):
+        return value
+    dims = [w if isinstance(w, tirx.IntImm) else h for w, h in zip(want, have)]
+    return bb.match_cast(value, relax.TensorType(dims, value.ty.dtype))
+
+
 def _is_constant(value) -> bool:
     if isinstance(value, tvm.ir.GenericConst):
         return True
@@ -130,8 +166,10 @@ class _LoopBuilder:
         if cond is not None:
             cond_param = tirx.Var("cond", "int64")
             params.append(cond_param)
-        # Carried values may change shape from one iteration to the next.
-        carried_params = [_param_like(v, f"v{k}", keep_literals=False) for k, v in enumerate(carried)]
+        # Carried values may change shape from one iteration to the next,
+        # except sizes the body declares for its output as they are on entry.
+        carried_params = [_carried_param(v, f"v{k}", info)
+                          for k, (v, info) in enumerate(zip(carried, self.body.output[1:]))]
         captured_params = [_param_like(v, f"c{k}") for k, v in enumerate(captured)]
         outer_nodes = importer.nodes
         nodes = {n: v for n, v in outer_nodes.items() if _is_constant(v)}
@@ -174,7 +212,7 @@ class _LoopBuilder:
                 if str(value.ty.dtype) != str(param.ty.dtype) or value.ty.ndim != param.ty.ndim:
                     raise ValueError(f"Loop '{self.node.name}': carried value {k} changes from "
                                      f"{param.ty} to {value.ty}")
-                next_carried.append(value)
+                next_carried.append(_as_declared(bb, value, param, f"Loop '{self.node.name}': carried value {k}"))
             slices = [importer.with_shape(importer.as_tensor(v)) for v in outs[1 + self.n_carried:]]
             next_head = [i + 1] + [p for p in (trip_param,) if p is not None] + [next_cond] * (cond_param is not None)
             return next_head, next_carried, slices

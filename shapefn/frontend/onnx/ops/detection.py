@@ -72,6 +72,10 @@ def non_max_suppression(importer, inputs, attrs, opset):
                                          relax.const(0.5, "float32")))
         boxes = bb.emit(relax.op.concat([bb.emit(relax.op.subtract(centers, half)),
                                          bb.emit(relax.op.add(centers, half))], axis=2))
+    # TVM's all_class_non_max_suppression dereferences its inputs' shapes
+    # unchecked (a segfault for a tensor of known rank and unknown shape, as
+    # the corners computed from symbolic center boxes are).
+    boxes, scores = importer.with_shape(boxes), importer.with_shape(scores)
     result = bb.emit(relax.op.vision.all_class_non_max_suppression(
         boxes, scores, limit(2, "int64", 0), limit(3, "float32", 0.0), limit(4, "float32", -np.inf),
         output_format="onnx"))
