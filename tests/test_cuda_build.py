@@ -35,7 +35,7 @@ from shapefn.frontend import from_onnx
 HOST_SUFFIX = "_host"  # what a GPU build names the host copy of a kernel
 NVCC_MISSING = "no nvcc (CUDA toolkit) on this machine: the device module keeps CUDA source"
 GPU_MISSING = "no CUDA GPU on this machine: the CUDA build is checked, not run"
-CUOBJDUMP_MISSING = "no cuobjdump (pip install nvidia-cuda-cuobjdump, part of the test extra)"
+CUOBJDUMP_MISSING = "no cuobjdump (pip install nvidia-cuda-cuobjdump, in tests/requirements.txt)"
 DEFAULT = ["sm_80", "sm_86", "sm_89", "sm_90"]
 
 

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def ruff_command() -> list[str] | None:
-    if importlib.util.find_spec("ruff") is not None:  # the test extra's, beside this interpreter
+    if importlib.util.find_spec("ruff") is not None:  # tests/requirements.txt's, beside this interpreter
         return [sys.executable, "-m", "ruff"]
     found = shutil.which("ruff")
     return [found] if found else None
@@ -26,18 +26,18 @@ def ruff_command() -> list[str] | None:
 def test_python_is_ruff_clean():
     ruff = ruff_command()
     if ruff is None:
-        pytest.skip("ruff is not installed (pip install -e '.[test]')")
+        pytest.skip("ruff is not installed (pip install -r tests/requirements.txt)")
     proc = subprocess.run([*ruff, "check", "--no-cache", "shapefn", "tests", "tools"], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 0, f"ruff check found problems:\n{proc.stdout}{proc.stderr}"
 
 
-# The test extra's clang-format (pyproject.toml).
+# The clang-format of tests/requirements.txt.
 CLANG_FORMAT_VERSION = "14.0.6"
 
 
 def pinned_clang_format() -> str | None:
-    """The test extra's clang-format: the one installed beside this
+    """tests/requirements.txt's clang-format: the one installed beside this
     interpreter, not whichever the system has."""
     for directory in (Path(sys.executable).parent, Path(sys.prefix) / "bin"):
         candidate = directory / "clang-format"
@@ -49,7 +49,7 @@ def pinned_clang_format() -> str | None:
 def test_cpp_is_clang_formatted():
     clang_format = pinned_clang_format()
     if clang_format is None:
-        pytest.skip("clang-format is not installed (pip install -e '.[test]')")
+        pytest.skip("clang-format is not installed (pip install -r tests/requirements.txt)")
     version = subprocess.run([clang_format, "--version"], capture_output=True, text=True).stdout
     assert f"version {CLANG_FORMAT_VERSION}" in version, version
     sources = sorted(p for p in (ROOT / "csrc").rglob("*") if p.suffix in (".cc", ".h"))
