@@ -73,6 +73,7 @@ def tensor_program(lib):
     n = main.shape_get(s, 0)
     storage = main.alloc_storage("device", main.load_int(64))
     t = main.tensor_in_storage(storage, main.load_int(0), main.load_shape([4]), "float32")
+    main.match_shape(t, 1, [0], [-1], [main.load_int(4)])  # (a match_cast's check: t is [4])
     main.invoke_kernel("scale", [c, main.load_int(1), t])
     v = main.view(t, main.load_shape([2]))
     h = main.copy(y, "host")

@@ -234,3 +234,30 @@ def test_self_tail_call_is_a_jump_with_swapped_parameters_staged():
         "14: ret %5",
     ]
     assert not any(" call " in line for line in loop)
+
+
+@I.ir_module
+class Casts:
+    @R.function(pure=False)
+    def main(x: R.Tensor(("n", "m"), "float32"), y: R.Tensor(("k",), "float32"),
+             z: R.Tensor(dtype="float32")):
+        n = T.int64()
+        k = T.int64()
+        j = T.int64()
+        a = R.match_cast(x, R.Tensor((n, 3), "float32"))    # m: the literal 3 checked; n proven
+        b = R.match_cast(y, R.Tensor((n,), "float32"))      # k: n, bound before, checked
+        c = R.match_cast(z, R.Tensor((j,), "float32"))      # the rank (unknown) checked, j bound
+        d = R.match_cast(a, R.Tensor((n, 3), "float32"))    # proven: nothing checked
+        return (b, c, d, R.shape([k]))
+
+
+def test_match_cast_checks_what_its_type_does_not_prove():
+    """A match_cast checks, at run time, each literal size and each size of
+    a variable bound before that its value's type does not prove, and the
+    rank where the type does not say it; a variable it binds is not
+    checked. What each check refuses: tests/test_vm.py."""
+    lines = listing(Casts)
+    checks = [line.split(": ", 1)[1] for line in lines if "match_shape" in line]
+    assert checks == ["match_shape %0, 2, [1], [3], []",
+                      "match_shape %1, 1, [0], [-1], [%3]",
+                      "match_shape %2, 1, [], [], []"], lines

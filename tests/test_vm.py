@@ -437,3 +437,24 @@ def test_ctrl_c_interrupts_a_running_call(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert "interrupted" in out
+
+
+def test_a_match_cast_that_does_not_hold_is_an_error(sim):
+    """A Relax match_cast is checked when it runs: a size that differs from
+    its literal raises, naming both (a view of the wrong shape would
+    otherwise give a wrong answer silently). Which sizes are checked:
+    tests/test_pass_codegen.py."""
+    import tvm
+    from tvm.script import relax as R
+
+    @tvm.script.ir_module
+    class Cast:
+        @R.function
+        def main(x: R.Tensor(("n",), "float32")):
+            a = R.match_cast(x, R.Tensor((3,), "float32"))
+            return R.reshape(a, R.shape([1, 3]))
+
+    vm = shapefn.VirtualMachine(shapefn.compile(Cast, "sim"), sim)
+    np.testing.assert_array_equal(vm(np.arange(3, dtype=np.float32)).numpy(), [[0, 1, 2]])
+    with pytest.raises(ValueError, match=r"a tensor of size 5 along axis 0 where the program expects 3 \(shape \[5\]"):
+        vm(np.ones(5, np.float32))

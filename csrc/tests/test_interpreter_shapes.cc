@@ -1,6 +1,6 @@
 // Instruction family: arithmetic on ints and shapes — add, sub, mul, floordiv,
 // floormod, min, max, lt, eq, shape_of, shape_get, shape_make, shape_build,
-// tensor_dim, shape_numel — against tables of expected values (floor
+// tensor_dim, shape_numel, match_shape — against tables of expected values (floor
 // semantics, checked overflow), their disassembly, the errors they raise and
 // the verifier's refusals. The family has no Python half.
 #include <gtest/gtest.h>
@@ -162,8 +162,32 @@ TEST(InterpreterShapes, ShapeNumelOverflow) {
   EXPECT_SHAPEFN_ERROR(RunMain(Main(code, 4), {Iota({1})}), ErrorKind::kValue, "mul overflows int64");
 }
 
+TEST(InterpreterShapes, MatchShapeChecksRankAndSizes) {
+  // x: [n, m]; match_shape x as [3, m] (axis 0 the literal 3, axis 1 the int in %1), and its shape too.
+  Code code;
+  code.TensorDim({1, 0, 1}).MatchShape({0, 2, List{0, 1}, List{3, -1}, List{1}}).ShapeOf({2, 0});
+  code.MatchShape({2, 2, List{0}, List{3}, List{}}).Ret({2});
+  ExecutableParts main = Main(code, 3, {Param("x", kF32, {kN, kM})});
+  EXPECT_EQ(Show(RunMain(main, {Iota({3, 5})}).result), "[3, 5]");
+  EXPECT_SHAPEFN_ERROR(RunMain(main, {Iota({4, 5})}), ErrorKind::kValue,
+                       "a tensor of size 4 along axis 0 where the program expects 3 (shape [4, 5])");
+  Code rank;
+  rank.ShapeOf({1, 0}).MatchShape({1, 1, List{}, List{}, List{}}).Ret({1});
+  EXPECT_SHAPEFN_ERROR(RunMain(Main(rank, 2, {Param("x", kF32, {kN, kM})}), {Iota({2, 2})}), ErrorKind::kValue,
+                       "a shape of rank 2 where the program expects rank 1");
+  const std::string text = Executable(main).Disassemble(true);
+  EXPECT_NE(text.find("match_shape value=%0, rank=2, axes=[0, 1], pattern=[3, -1], dims=[%1]"), std::string::npos)
+      << text;
+}
+
 // fail_*: what the verifier refuses.
 TEST(InterpreterShapes, VerifierRefusals) {
+  EXPECT_REJECTED(Main(Code().MatchShape({0, 1, List{1}, List{2}, List{}}).Ret({0}), 1),
+                  "match_shape axis out of range for its rank (operand 'axes')");
+  EXPECT_REJECTED(Main(Code().MatchShape({0, 1, List{0}, List{-2}, List{0}}).Ret({0}), 1),
+                  "match_shape pattern refers past its ints (operand 'pattern')");
+  EXPECT_REJECTED(Main(Code().MatchShape({0, 1, List{0}, List{}, List{}}).Ret({0}), 1),
+                  "match_shape has a size for each axis (operands 'axes', 'pattern')");
   EXPECT_REJECTED(Main(Code().LoadInt({1, 1}).ShapeBuild({2, List{-3}, List{1, 1}}).Ret({2}), 3),
                   "shape_build template refers past its ints (operand 'pattern')");
   EXPECT_REJECTED(Main(Code().ShapeMake({1, List{0, 4}}).Ret({1}), 2),

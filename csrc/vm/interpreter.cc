@@ -57,6 +57,35 @@ int64_t DimAt(const Instruction& ins, const ShapeVec& shape, int64_t index) {
   return shape[static_cast<size_t>(i)];
 }
 
+std::string ShapeText(const ShapeVec& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+// match_shape: `shape` (of a tensor if `is_tensor`) has the rank and the
+// sizes the instruction asks for.
+void MatchShape(const Instruction& ins, const ShapeVec& shape, bool is_tensor, const std::vector<Value>& regs) {
+  ops::MatchShape op(ins);
+  const char* what = is_tensor ? "a tensor" : "a shape";
+  if (static_cast<int64_t>(shape.size()) != op.rank()) {
+    Fail(ErrorKind::kValue, std::string(what) + " of rank " + std::to_string(shape.size()) +
+                                " where the program expects rank " + std::to_string(op.rank()));
+  }
+  const OperandList axes = op.axes();
+  const OperandList pattern = op.pattern();
+  const OperandList dims = op.dims();
+  for (int64_t i = 0; i < axes.size; ++i) {
+    int64_t want = pattern[i] >= 0 ? pattern[i] : IntOf(ins, regs[static_cast<size_t>(dims[-1 - pattern[i]])]);
+    int64_t got = shape[static_cast<size_t>(axes[i])];
+    if (got != want) {
+      Fail(ErrorKind::kValue, std::string(what) + " of size " + std::to_string(got) + " along axis " +
+                                  std::to_string(axes[i]) + " where the program expects " + std::to_string(want) +
+                                  " (shape " + ShapeText(shape) + ")");
+    }
+  }
+}
+
 int64_t FloorDiv(int64_t a, int64_t b) {
   if (b == 0) Fail(ErrorKind::kValue, "floordiv by zero in shape arithmetic");
   if (b == -1 && a == INT64_MIN) Fail(ErrorKind::kValue, "floordiv overflows int64 in shape arithmetic");
@@ -386,6 +415,12 @@ Value VirtualMachine::Impl::Run(int function_index, std::vector<Value>& regs, in
           continue;
         }
         case Opcode::kRet: return std::move(regs[ops::Ret(ins).value()]);
+        case Opcode::kMatchShape: {
+          const Value& v = regs[ops::MatchShape(ins).value()];
+          bool is_tensor = v.kind == Value::Kind::kTensor;
+          MatchShape(ins, is_tensor ? v.tensor->shape : ShapeOf(ins, v), is_tensor, regs);
+          break;
+        }
         case Opcode::kCheckRecord: {
           ops::CheckRecord op(ins);
           SetTensor(regs[op.dst()], checks_.RecordFor(devices_[op.device()]));

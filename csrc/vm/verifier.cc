@@ -87,6 +87,19 @@ void CheckShapeBuild(const InstructionCheck& c) {
   }
 }
 
+void CheckMatchShape(const InstructionCheck& c) {
+  ops::MatchShape ins(c.ins);
+  if (ins.rank() < 0) c.Reject("match_shape of a negative rank (operand 'rank')");
+  if (ins.pattern().size != ins.axes().size)
+    c.Reject("match_shape has a size for each axis (operands 'axes', 'pattern')");
+  for (int64_t a : ins.axes()) {
+    if (a < 0 || a >= ins.rank()) c.Reject("match_shape axis out of range for its rank (operand 'axes')");
+  }
+  for (int64_t p : ins.pattern()) {
+    if (p < -ins.dims().size) c.Reject("match_shape pattern refers past its ints (operand 'pattern')");
+  }
+}
+
 void CheckGetItem(const InstructionCheck& c) {
   if (ops::GetItem(c.ins).index() < 0) c.Reject("negative tuple index (operand 'index')");
 }

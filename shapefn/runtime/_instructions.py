@@ -269,3 +269,10 @@ class InstructionMethods:
     def check_record(self, *operands: Any) -> Reg:
         """``check_record`` dst (register, write), device (device, read)."""
         return self.emit("check_record", *operands)
+
+    def match_shape(
+        self, value: Reg, rank: int, axes: Sequence[int], pattern: Sequence[int], dims: Sequence[Reg]
+    ) -> None:
+        """``match_shape`` value (register, read), rank (immediate, read), axes (immediate list, read),
+        pattern (immediate list, read), dims (register list, read)."""
+        self.emit("match_shape", value, rank, axes, pattern, dims)

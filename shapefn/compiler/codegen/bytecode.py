@@ -318,8 +318,10 @@ class _FunctionCodegen:
             self.bind(var, reg)
             ty = binding.ty
             if isinstance(ty, relax.TensorType) and ty.shape is not None:
+                self.sizes.match(ty.shape.values, value.ty, reg)
                 self.sizes.bind_sizes(ty.shape.values, reg, True)
             elif isinstance(ty, relax.ShapeType) and ty.values is not None:
+                self.sizes.match(ty.values, value.ty, reg)
                 self.sizes.bind_sizes(ty.values, reg, False)
                 if all(isinstance(v, tirx.Var) for v in ty.values):
                     # The same shape, asked for later, is this register.

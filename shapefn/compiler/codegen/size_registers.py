@@ -9,7 +9,7 @@ whose negative entries name the registers of the computed dimensions).
 from __future__ import annotations
 
 import tvm_ffi
-from tvm import tirx
+from tvm import relax, tirx
 
 from ...runtime.builder import FunctionBuilder, Reg
 from ..passes.placement import key
@@ -45,6 +45,37 @@ class SizeRegisters:
             if isinstance(d, tirx.Var) and self.cache.get(("prim", key(d))) is None \
                     and key(d) not in self.sources:
                 self.sources[key(d)] = (source, axis, is_tensor)
+
+    def is_defined(self, var: tirx.Var) -> bool:
+        """Whether size variable ``var`` has a value (or a source) here."""
+        return self.cache.get(("prim", key(var))) is not None or key(var) in self.sources
+
+    def match(self, dims, value_ty, source: Reg) -> None:
+        """A ``match_cast``'s run-time check: ``source`` (a tensor or a
+        shape, of type ``value_ty``) has the rank of ``dims`` where its type
+        does not say, and, where its type does not prove it, each literal
+        size and each size of a variable bound before (the variables not
+        yet bound are bound by the cast). Emits ``match_shape`` where
+        something is left to check."""
+        dims = list(dims)
+        values = getattr(value_ty, "shape", None) if isinstance(value_ty, relax.TensorType) else value_ty
+        values = getattr(values, "values", None)
+        known = list(values) if values is not None and len(values) == len(dims) else None
+        rank_known = getattr(value_ty, "ndim", -1) == len(dims)
+        axes, pattern, regs = [], [], []
+        for axis, d in enumerate(dims):
+            if known is not None and tvm_ffi.structural_equal(known[axis], d):
+                continue
+            if isinstance(d, tirx.IntImm):
+                axes.append(axis)
+                pattern.append(int(d))
+            elif all(self.is_defined(v) for v in tirx.analysis.undefined_vars(d)
+                     ) and not (isinstance(d, tirx.Var) and not self.is_defined(d)):
+                axes.append(axis)
+                pattern.append(-1 - len(regs))
+                regs.append(self.prim(d))
+        if axes or not rank_known:
+            self.fb.match_shape(source, len(dims), axes, pattern, regs)
 
     def prim(self, expr) -> Reg:
         """An int64 register holding the value of a PrimExpr."""
